@@ -1,0 +1,189 @@
+"""The cffi builder: llama.cpp headers → generated cdefs (``headers/``) → ``llama_ffi._lib``.
+
+The cdefs are generated from the tree's headers by ``tools.gen`` and compiled in cffi's API
+mode, so the C compiler checks every struct layout, enum value and prototype against the real
+headers. Functions that no built library exports are left out of the compiled module and listed
+in ``headers/coverage.md``.
+
+Usage::
+
+    python build_ffi.py --write      # regenerate headers/*.cdef from the pinned tree
+    python build_ffi.py --check      # fail if headers/ differs from what the pinned tree generates
+    python build_ffi.py --coverage   # print the coverage table (needs the built libraries)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from tools.gen import Bindings, GenerationError, generate  # noqa: E402
+from tools.gen.coverage import measure  # noqa: E402
+from tools.gen.headers import BOUND_HEADERS, include_dirs  # noqa: E402
+from tools.gen.symbols import exported_functions  # noqa: E402
+from tools.vendor import Tree, materialise  # noqa: E402
+
+HEADERS_DIR = REPO_ROOT / "headers"
+MODULE_NAME = "llama_ffi._lib"
+
+# Hand-written glue compiled into the module next to the generated bindings: the Python
+# callbacks llama.cpp calls back into, and a C-level Ctrl-C flag that its abort callback can
+# poll between graph nodes without taking the GIL.
+GLUE_CDEF = """
+extern "Python" void llama_ffi_on_log(enum ggml_log_level, const char *, void *);
+extern "Python" bool llama_ffi_on_progress(float, void *);
+bool llama_ffi_abort_requested(void *);
+int llama_ffi_sigint_install(void);
+void llama_ffi_sigint_restore(void);
+void llama_ffi_sigint_clear(void);
+int llama_ffi_sigint_pending(void);
+static const char *const LLAMA_FFI_BUILD_COMMIT;
+static const int LLAMA_FFI_BUILD_NUMBER;
+static const char *const LLAMA_FFI_CDEF_SHA256;
+"""
+
+GLUE_C = r"""
+#include <signal.h>
+static volatile sig_atomic_t llama_ffi_sigint_flag = 0;
+static struct sigaction llama_ffi_sigint_previous;
+static int llama_ffi_sigint_installed = 0;
+
+static void llama_ffi_sigint_handler(int signo) { (void)signo; llama_ffi_sigint_flag = 1; }
+
+/* ggml_abort_callback: true stops the graph computation (llama_decode returns 2). */
+bool llama_ffi_abort_requested(void * data) { (void)data; return llama_ffi_sigint_flag != 0; }
+
+int llama_ffi_sigint_install(void) {
+    struct sigaction sa;
+    if (llama_ffi_sigint_installed) return 0;
+    sa.sa_handler = llama_ffi_sigint_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;
+    if (sigaction(SIGINT, &sa, &llama_ffi_sigint_previous) != 0) return -1;
+    llama_ffi_sigint_installed = 1;
+    return 0;
+}
+void llama_ffi_sigint_restore(void) {
+    if (!llama_ffi_sigint_installed) return;
+    sigaction(SIGINT, &llama_ffi_sigint_previous, NULL);
+    llama_ffi_sigint_installed = 0;
+}
+void llama_ffi_sigint_clear(void) { llama_ffi_sigint_flag = 0; }
+int llama_ffi_sigint_pending(void) { return llama_ffi_sigint_flag != 0; }
+"""
+
+
+def generate_for(tree: Tree) -> Bindings:
+    return generate(tree.path, tree.commit)
+
+
+def write_headers(bindings: Bindings, out_dir: Path = HEADERS_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for header, text in bindings.files().items():
+        path = out_dir / header.cdef_name
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
+def stale_headers(bindings: Bindings, out_dir: Path = HEADERS_DIR) -> list[str]:
+    """Names of committed cdef files that differ from what the tree generates."""
+    stale = []
+    for header, text in bindings.files().items():
+        path = out_dir / header.cdef_name
+        if not path.is_file() or path.read_text() != text:
+            stale.append(path.name)
+    return stale
+
+
+def cdef_for_module(bindings: Bindings, exported: set[str]) -> str:
+    return bindings.cdef(exported) + GLUE_CDEF
+
+
+def libraries_in(lib_dir: Path) -> list[Path]:
+    return sorted(p for p in lib_dir.glob("lib*.so") if p.is_file())
+
+
+def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path):
+    import cffi
+
+    libs = libraries_in(lib_dir)
+    exported = set(exported_functions(libs))
+    cdef = cdef_for_module(bindings, exported)
+    digest = hashlib.sha256(cdef.encode()).hexdigest()
+    includes = "".join(f'#include "{h.name}"\n' for h in BOUND_HEADERS)
+    build_info = (f'static const char *const LLAMA_FFI_BUILD_COMMIT = "{tree.commit}";\n'
+                  f"static const int LLAMA_FFI_BUILD_NUMBER = {tree.build_number};\n"
+                  f'static const char *const LLAMA_FFI_CDEF_SHA256 = "{digest}";\n')
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    ffi.set_source(
+        MODULE_NAME,
+        includes + build_info + GLUE_C,
+        include_dirs=[str(d) for d in include_dirs(tree.path)],
+        library_dirs=[str(lib_dir.resolve())],
+        libraries=[p.name[3:-3] for p in libs],  # libggml-base.so -> ggml-base
+        extra_link_args=["-Wl,-rpath,$ORIGIN/lib"],
+        extra_compile_args=["-O2", "-Wno-unused-function", "-Wno-deprecated-declarations"],
+    )
+    return ffi
+
+
+def compile_module(tree: Tree, lib_dir: Path, tmpdir: Path) -> Path:
+    """Compile the extension; return the path of the built module file."""
+    bindings = generate_for(tree)
+    ffi = make_builder(bindings, tree, lib_dir)
+    return Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
+
+
+def coverage_report(tree: Tree, lib_dir: Path) -> str:
+    bindings = generate_for(tree)
+    exported = set(exported_functions(libraries_in(lib_dir)))
+    return measure(bindings.declarations, exported, bindings.constants).markdown(tree.commit)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tools.native_build import DEFAULT_BUILD_DIR
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="regenerate headers/ from the tree")
+    mode.add_argument("--check", action="store_true", help="fail if headers/ is stale")
+    mode.add_argument("--coverage", action="store_true", help="print the coverage table")
+    ap.add_argument("--lib-dir", type=Path, default=DEFAULT_BUILD_DIR / "bin")
+    args = ap.parse_args(argv)
+    try:
+        tree = materialise()
+        if args.coverage:
+            report = coverage_report(tree, args.lib_dir)
+            (HEADERS_DIR / "coverage.md").write_text(report)
+            print(report)
+            return 0
+        bindings = generate_for(tree)
+        if args.write:
+            for path in write_headers(bindings):
+                print(path.relative_to(REPO_ROOT))
+            return 0
+        stale = stale_headers(bindings)
+        if stale:
+            print("headers/ is stale for this tree: " + ", ".join(stale)
+                  + "\nregenerate with: python build_ffi.py --write", file=sys.stderr)
+            return 1
+        print(f"headers/ matches llama.cpp {tree.commit[:12]}")
+        return 0
+    except (GenerationError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""llama-ffi: llama.cpp bindings generated from its headers and checked by the C compiler.
+
+``from llama_ffi import ffi, lib`` gives the whole public C API (llama.h, ggml*.h, gguf.h,
+mtmd.h); ``llama_ffi.high`` is the high-level API. The backend is initialised once, on import,
+and native logs go to the ``llama_ffi`` logger.
+"""
+
+from __future__ import annotations
+
+try:
+    from llama_ffi._lib import ffi, lib
+except ImportError as exc:  # pragma: no cover - only without a build
+    if "_lib" not in str(exc) or "undefined symbol" in str(exc):
+        raise
+    raise ImportError(
+        "llama_ffi's compiled module is missing: build and install the package with `pip install .` "
+        "(or `python setup.py build_ext --inplace` in a source checkout)"
+    ) from exc
+
+from llama_ffi import _logging
+from llama_ffi._guard import check_libraries as _check_libraries
+
+__version__ = "0.1.0"
+__all__ = ["ffi", "lib", "build_info", "__version__"]
+
+_check_libraries()
+_logging.install()
+lib.llama_backend_init()
+
+
+def build_info() -> dict[str, object]:
+    """What this module was built from and what the loaded libraries report."""
+    return {
+        "llama_cpp_commit": ffi.string(lib.LLAMA_FFI_BUILD_COMMIT).decode(),
+        "llama_cpp_build_number": lib.LLAMA_FFI_BUILD_NUMBER,
+        "cdef_sha256": ffi.string(lib.LLAMA_FFI_CDEF_SHA256).decode(),
+        "llama_version": ffi.string(lib.llama_version()).decode(),
+        "system_info": ffi.string(lib.llama_print_system_info()).decode(),
+    }

@@ -1,0 +1,1 @@
+"""High-level API: models, contexts, tokenizer, completion."""

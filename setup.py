@@ -1,0 +1,41 @@
+"""Build llama-ffi: materialise the pinned llama.cpp, build it with CMake, compile the cffi module.
+
+All the work happens in ``build_ext`` so that metadata-only commands never start a native build.
+The built module and the shared libraries are also placed in the source package (git-ignored),
+so a source checkout imports the same build the wheel carries.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+
+class BuildLlamaFFI(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        import build_ffi
+        from tools.native_build import build, copy_libraries
+        from tools.vendor import materialise
+
+        tree = materialise()
+        lib_dir = build(tree, jobs=self.parallel or None)
+        module = build_ffi.compile_module(tree, lib_dir, Path(self.build_temp).resolve() / "cffi")
+        for package_dir in {Path(self.get_ext_fullpath(ext.name)).parent, ROOT / "llama_ffi"}:
+            copy_libraries(lib_dir, package_dir / "lib")
+            target = package_dir / module.name
+            if target.resolve() != module.resolve():
+                shutil.copy2(module, target)
+
+
+setup(
+    ext_modules=[Extension("llama_ffi._lib", sources=[])],
+    cmdclass={"build_ext": BuildLlamaFFI},
+    package_data={"llama_ffi": ["lib/*.so", "lib/*.dylib", "py.typed", "*.pyi"]},
+)

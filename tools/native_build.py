@@ -1,0 +1,125 @@
+"""Build llama.cpp's shared libraries (llama, ggml*, mtmd) with CMake into a persistent build dir.
+
+An unchanged rebuild only re-runs ninja's up-to-date check. ``CMAKE_ARGS`` from the environment
+passes through (e.g. ``-DGGML_CUDA=ON``); ``LLAMA_FFI_PORTABLE=1`` turns ``GGML_NATIVE`` off.
+
+Usage::
+
+    python -m tools.native_build          # build the materialised pin into build/llama.cpp
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tools.vendor import REPO_ROOT, Tree, materialise
+
+DEFAULT_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp"
+TARGETS = ("llama", "ggml", "mtmd")
+
+
+class NativeBuildError(RuntimeError):
+    pass
+
+
+def _require_tools() -> dict[str, str]:
+    found = {name: shutil.which(name) for name in ("cmake", "ninja")}
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    missing = [n for n, p in found.items() if not p]
+    if not cc or not cxx:
+        missing.append("a C and C++ compiler (e.g. apt-get install build-essential)")
+    if "cmake" in missing or "ninja" in missing:
+        missing = [m if m not in ("cmake", "ninja") else f"{m} (pip install {m})" for m in missing]
+    if missing:
+        raise NativeBuildError("cannot build llama.cpp: missing " + ", ".join(missing))
+    return {"cmake": found["cmake"], "ninja": found["ninja"]}
+
+
+def cmake_args(tree: Tree) -> list[str]:
+    portable = os.environ.get("LLAMA_FFI_PORTABLE", "").lower() in ("1", "true", "on", "yes")
+    args = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=ON",
+        "-DLLAMA_BUILD_COMMON=OFF",
+        "-DLLAMA_BUILD_TOOLS=OFF",
+        "-DLLAMA_BUILD_MTMD=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_BUILD_APP=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        f"-DGGML_NATIVE={'OFF' if portable else 'ON'}",
+        f"-DLLAMA_BUILD_NUMBER={tree.build_number}",
+        f"-DLLAMA_BUILD_COMMIT={tree.commit[:12]}",
+        # One plain file per library, found next to each other through $ORIGIN.
+        "-DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON",
+        "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",
+        "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+        "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+    ]
+    return args + shlex.split(os.environ.get("CMAKE_ARGS", ""))
+
+
+def _run(cmd: list[str], what: str) -> None:
+    print("+", shlex.join(cmd), file=sys.stderr, flush=True)
+    if subprocess.run(cmd).returncode != 0:
+        raise NativeBuildError(f"{what} failed (command above); see its output")
+
+
+def build(tree: Tree, build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = None) -> Path:
+    """Configure (when the arguments changed) and build; return the folder holding the libraries."""
+    tools = _require_tools()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    args = cmake_args(tree)
+    stamp = build_dir / ".llama-ffi-configure"
+    # pip's isolated builds bring their own cmake/ninja from a temporary folder: a changed tool
+    # path re-runs the (quick) configure so the cache never points at a deleted program.
+    wanted = "\n".join([str(tree.path), tools["cmake"], tools["ninja"], *args])
+    if not (stamp.is_file() and stamp.read_text() == wanted and (build_dir / "build.ninja").is_file()):
+        _run([tools["cmake"], "-S", str(tree.path), "-B", str(build_dir), "-G", "Ninja",
+              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], "CMake configure")
+        stamp.write_text(wanted)
+    cmd = [tools["cmake"], "--build", str(build_dir), "--target", *TARGETS]
+    cmd += ["-j", str(jobs or os.cpu_count() or 2)]
+    _run(cmd, "CMake build")
+    return build_dir / "bin"
+
+
+def shared_libraries(lib_dir: Path) -> list[Path]:
+    libs = sorted(p for p in lib_dir.glob("lib*.so") if p.is_file())
+    libs += sorted(p for p in lib_dir.glob("lib*.dylib") if p.is_file())
+    if not any(p.name.startswith("libllama.") for p in libs):
+        raise NativeBuildError(f"no libllama found in {lib_dir} after the build")
+    return libs
+
+
+def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for lib in shared_libraries(lib_dir):
+        target = dest / lib.name
+        if not target.exists() or target.stat().st_mtime < lib.stat().st_mtime:
+            shutil.copy2(lib, target)
+        out.append(target)
+    return out
+
+
+def main() -> int:
+    try:
+        lib_dir = build(materialise())
+    except (NativeBuildError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for lib in shared_libraries(lib_dir):
+        print(lib)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
