@@ -35,9 +35,13 @@ class Coverage:
         out += [f"- `{name}` ({header}): {reason}" for name, header, reason in self.unbound] or ["- none"]
         out += ["", f"## Constants: {self.constants_bound} bound as `lib.NAME`", "",
                 "Object-like macros not bound (no constant value after expansion):", ""]
-        out += [f"- `{c.name}` ({c.header.name}): `{c.expansion or '(empty)'}`"
+        out += [f"- `{c.name}` ({c.header.name}): `{_short(c.expansion) or '(empty)'}`"
                 for c in self.constants_skipped]
         return "\n".join(out) + "\n"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + " …"
 
 
 def measure(decls: list[Declaration], exported: set[str], consts: list[Constant]) -> Coverage:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from pycparser import CParser, c_ast
@@ -24,11 +25,18 @@ class Declaration:
 
 
 def parse(text: str) -> c_ast.FileAST:
+    parser = CParser()
     try:
-        return CParser().parse(text, filename="<headers>")
+        return parser.parse(text, filename="<headers>")
     except ParseError as exc:
-        # pycparser's message starts with file:line:col taken from the line markers.
-        raise GenerationError(f"cannot parse the headers: {exc}") from None
+        # pycparser's message usually starts with file:line:col (from the line markers); some
+        # messages name only the file, so add the lexer's current line.
+        message = str(exc)
+        file, _, rest = message.partition(": ")
+        if not re.match(r"^.+:\d+", file):
+            line = getattr(parser.clex, "_lineno", None)
+            message = f"{file}:{line}: {rest}" if line else message
+        raise GenerationError(f"cannot parse the headers: {message}") from None
 
 
 def _tag_name(t: c_ast.Node) -> str:

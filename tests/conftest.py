@@ -1,0 +1,50 @@
+"""Shared fixtures: the materialised llama.cpp tree and real models fetched from the registry."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))  # build-time tools (tools.vendor, build_ffi) for their tests
+
+from tools.vendor import materialise  # noqa: E402
+
+TREE = materialise()
+sys.path.insert(0, str(TREE.path / "gguf-py"))  # the pinned tree's own gguf-py
+
+
+@pytest.fixture(scope="session")
+def tree():
+    return TREE
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    from llama_ffi import registry
+
+    return registry.fetch(registry.SMOLLM2)
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    from llama_ffi import registry
+
+    return registry.fetch(registry.GEMMA3_270M)
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    from tiny_llama import TinyConfig
+
+    return TinyConfig()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory, tiny_config) -> Path:
+    from tiny_llama import write_gguf
+
+    return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf", tiny_config)

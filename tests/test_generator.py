@@ -1,0 +1,101 @@
+"""The generator: committed cdefs are current, coverage is complete, unknown constructs fail loudly."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import build_ffi
+from llama_ffi import lib
+from tools.gen import GenerationError, generate
+from tools.gen.headers import BOUND_HEADERS
+from tools.gen.parse import FUNCTION
+from tools.native_build import DEFAULT_BUILD_DIR
+
+
+def test_committed_headers_match_the_pinned_tree(tree):
+    assert build_ffi.stale_headers(build_ffi.generate_for(tree)) == []
+
+
+def test_coverage_binds_every_exported_function(tree, capsys):
+    from tools.gen.coverage import measure
+    from tools.gen.symbols import exported_functions
+
+    bindings = build_ffi.generate_for(tree)
+    libs = build_ffi.libraries_in(Path(lib.__file__).parent / "lib") if hasattr(lib, "__file__") else []
+    libs = libs or build_ffi.libraries_in(DEFAULT_BUILD_DIR / "bin")
+    exported = set(exported_functions(libs))
+    cov = measure(bindings.declarations, exported, bindings.constants)
+    print(cov.markdown(tree.commit))
+    assert cov.exported_bound_ratio == 1.0
+    assert [u[0] for u in cov.unbound] == ["ggml_threadpool_get_n_threads"]
+    # and "bound" means callable: every exported declared function is an attribute of lib
+    missing = [d.name for d in bindings.functions() if d.name in exported and not hasattr(lib, d.name)]
+    assert missing == []
+    assert len({d.name for d in bindings.functions()}) > 900
+
+
+def _copy_headers(tree, dest: Path) -> Path:
+    for h in BOUND_HEADERS:
+        (dest / h.subdir).mkdir(parents=True, exist_ok=True)
+        shutil.copy(h.path(tree.path), dest / h.subdir / h.name)
+    # headers that the bound ones include but that are not bound themselves
+    for extra in ["ggml/include"]:
+        for f in (tree.path / extra).glob("*.h"):
+            if not (dest / extra / f.name).exists():
+                shutil.copy(f, dest / extra / f.name)
+    return dest
+
+
+def _append(path: Path, text: str) -> int:
+    """Insert ``text`` before the header's closing extern "C" block; return its line number."""
+    lines = path.read_text().splitlines(keepends=True)
+    idx = max(i for i, l in enumerate(lines) if l.strip().startswith("#ifdef") and "__cplusplus" in l)
+    lines.insert(idx, text + "\n")
+    path.write_text("".join(lines))
+    return idx + 1
+
+
+def test_function_body_in_a_header_fails_with_file_and_line(tree, tmp_path):
+    root = _copy_headers(tree, tmp_path)
+    line = _append(root / "include/llama.h", "static inline int llama_ffi_probe(void) { return 1; }")
+    with pytest.raises(GenerationError, match=rf"include/llama.h:{line}: .*FuncDef"):
+        generate(root, "test")
+
+
+def test_unparseable_declaration_fails_with_file_and_line(tree, tmp_path):
+    root = _copy_headers(tree, tmp_path)
+    line = _append(root / "ggml/include/gguf.h", "int gguf_broken(int x, ;")
+    with pytest.raises(GenerationError, match=rf"ggml/include/gguf.h:{line}"):
+        generate(root, "test")
+
+
+def test_unknown_system_header_fails_naming_it(tree, tmp_path):
+    root = _copy_headers(tree, tmp_path)
+    _append(root / "include/llama.h", "#include <pthread.h>")
+    with pytest.raises(GenerationError, match="pthread.h"):
+        generate(root, "test")
+
+
+def test_new_declaration_appears_in_cdef(tree, tmp_path):
+    root = _copy_headers(tree, tmp_path)
+    _append(root / "include/llama.h", "LLAMA_API int32_t llama_ffi_new_function(const char * name);")
+    files = generate(root, "test").files()
+    llama = next(text for h, text in files.items() if h.name == "llama.h")
+    assert "int32_t llama_ffi_new_function(const char *name);" in llama
+
+
+def test_generated_cdef_is_what_the_module_was_compiled_from(tree):
+    import hashlib
+
+    from tools.gen.symbols import exported_functions
+
+    bindings = build_ffi.generate_for(tree)
+    exported = set(exported_functions(build_ffi.libraries_in(DEFAULT_BUILD_DIR / "bin")))
+    cdef = build_ffi.cdef_for_module(bindings, exported)
+    import llama_ffi
+
+    assert llama_ffi.build_info()["cdef_sha256"] == hashlib.sha256(cdef.encode()).hexdigest()
+    assert all(d.kind != FUNCTION or d.name in cdef for d in bindings.declarations if d.name in exported)
