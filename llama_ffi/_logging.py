@@ -6,7 +6,9 @@ Silent by default (a NullHandler, level WARNING): a user sees native logs only a
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 
 from llama_ffi._lib import ffi, lib
 
@@ -49,6 +51,24 @@ class _LineAssembler:
 
 _assembler = _LineAssembler()
 _last_level = [logging.INFO]
+_captures = threading.local()  # per thread: a list collecting WARN/ERROR text, while capturing
+
+
+@contextlib.contextmanager
+def capture_errors():
+    """Collect the warnings and errors llama.cpp logs on this thread (to name a failure's reason)."""
+    previous = getattr(_captures, "lines", None)
+    lines: list[str] = []
+    _captures.lines = lines
+    try:
+        yield lines
+    finally:
+        _captures.lines = previous
+
+
+def reason(lines: list[str], default: str) -> str:
+    text = " ".join("".join(lines).split())
+    return text or default
 
 
 @ffi.def_extern()
@@ -58,6 +78,9 @@ def llama_ffi_on_log(level, text, user_data):  # called by C, possibly from a wo
     else:
         py_level = _LEVELS.get(level, logging.INFO)
         _last_level[0] = py_level
+    captured = getattr(_captures, "lines", None)
+    if captured is not None and py_level >= logging.WARNING:
+        captured.append(ffi.string(text).decode("utf-8", "replace"))
     if not logger.isEnabledFor(py_level):
         return
     _assembler.feed(level, ffi.string(text).decode("utf-8", "replace"))

@@ -5,7 +5,8 @@ passes through (e.g. ``-DGGML_CUDA=ON``); ``LLAMA_FFI_PORTABLE=1`` turns ``GGML_
 
 Usage::
 
-    python -m tools.native_build          # build the materialised pin into build/llama.cpp
+    python -m tools.native_build              # build the materialised pin into build/llama.cpp
+    python -m tools.native_build --reference  # llama-simple/-completion/-bench/-embedding
 """
 
 from __future__ import annotations
@@ -91,6 +92,31 @@ def build(tree: Tree, build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = No
     return build_dir / "bin"
 
 
+REFERENCE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-reference"
+REFERENCE_TOOLS = ("llama-simple", "llama-completion", "llama-bench", "llama-embedding")
+_REFERENCE_OPTIONS = {"-DLLAMA_BUILD_COMMON=OFF": "-DLLAMA_BUILD_COMMON=ON",
+                      "-DLLAMA_BUILD_TOOLS=OFF": "-DLLAMA_BUILD_TOOLS=ON",
+                      "-DLLAMA_BUILD_EXAMPLES=OFF": "-DLLAMA_BUILD_EXAMPLES=ON"}
+
+
+def build_reference_tools(tree: Tree, targets: tuple[str, ...] = REFERENCE_TOOLS,
+                          build_dir: Path = REFERENCE_BUILD_DIR) -> Path:
+    """llama.cpp's own programs from the same tree, with the same compile options as the
+    libraries, for reference checks and benchmarks only (never shipped)."""
+    tools = _require_tools()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    args = [_REFERENCE_OPTIONS.get(a, a) for a in cmake_args(tree)]
+    stamp = build_dir / ".llama-ffi-configure"
+    wanted = "\n".join([str(tree.path), tools["cmake"], tools["ninja"], *args])
+    if not (stamp.is_file() and stamp.read_text() == wanted and (build_dir / "build.ninja").is_file()):
+        _run([tools["cmake"], "-S", str(tree.path), "-B", str(build_dir), "-G", "Ninja",
+              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], "CMake configure (reference tools)")
+        stamp.write_text(wanted)
+    _run([tools["cmake"], "--build", str(build_dir), "--target", *targets,
+          "-j", str(os.cpu_count() or 2)], "CMake build (reference tools)")
+    return build_dir / "bin"
+
+
 def shared_libraries(lib_dir: Path) -> list[Path]:
     libs = sorted(p for p in lib_dir.glob("lib*.so") if p.is_file())
     libs += sorted(p for p in lib_dir.glob("lib*.dylib") if p.is_file())
@@ -111,6 +137,9 @@ def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
 
 
 def main() -> int:
+    if "--reference" in sys.argv[1:]:
+        print(build_reference_tools(materialise()))
+        return 0
     try:
         lib_dir = build(materialise())
     except (NativeBuildError, RuntimeError) as exc:

@@ -1,1 +1,11 @@
-"""High-level API: models, contexts, tokenizer, completion."""
+"""High-level API: ``Llama`` (completion), ``LlamaGrammar``, sampling parameters, tokenizer."""
+
+from llama_ffi.high.context import Context, ContextParams, DecodeError
+from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.high.llama import Llama
+from llama_ffi.high.model import Model, ModelParams
+from llama_ffi.high.sampling import SamplingParams
+from llama_ffi.high.tokenizer import Tokenizer
+
+__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaGrammar", "Model",
+           "ModelParams", "SamplingParams", "Tokenizer"]

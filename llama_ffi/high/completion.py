@@ -1,0 +1,245 @@
+"""Completion: prompt → tokens → decode/sample loop → OpenAI-shaped result or stream of chunks.
+
+``generate_events`` is the loop; ``create_completion`` shapes what it yields. Stop strings are
+matched on decoded text, and text that could still become a stop string is held back, so a stop
+string never leaks into the output, also when it spans several tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from llama_ffi import lib
+from llama_ffi.high.sampling import SamplerChain, SamplingParams
+from llama_ffi.high.tokenizer import TextStream
+
+LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
+StoppingCriterion = Callable[[np.ndarray, np.ndarray], bool]
+
+
+@dataclasses.dataclass
+class Event:
+    """One generated token: its id, the text it releases (may be ""), and its logprob data."""
+
+    token: int
+    text: str
+    logprob: float | None = None
+    top_logprobs: dict[str, float] | None = None
+
+
+@dataclasses.dataclass
+class Outcome:
+    finish_reason: str = "length"
+    completion_tokens: int = 0
+
+
+def normalize_stop(stop: str | Sequence[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    out = []
+    for s in stop:
+        if not isinstance(s, str):
+            raise TypeError(f"stop must be str or a list of str, got {type(s).__name__}")
+        if s:
+            out.append(s)
+    return out
+
+
+class StopMatcher:
+    """Finds stop strings in streamed text; releases only text that cannot start one."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """(text safe to emit now, whether a stop string was found)."""
+        if not self.stops:
+            return text, False
+        self.pending += text
+        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self.pending = self.pending[:cut], ""
+            return out, True
+        hold = 0
+        for s in self.stops:  # longest suffix of pending that is a prefix of a stop string
+            for k in range(min(len(s) - 1, len(self.pending)), 0, -1):
+                if self.pending.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        out = self.pending[:len(self.pending) - hold] if hold else self.pending
+        self.pending = self.pending[len(out):]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def _top(logprobs: np.ndarray, n: int, piece: Callable[[int], str]) -> dict[str, float]:
+    if n <= 0:
+        return {}
+    idx = np.argpartition(-logprobs, n - 1)[:n]
+    idx = idx[np.argsort(-logprobs[idx])]
+    return {piece(int(i)): float(logprobs[i]) for i in idx}
+
+
+@dataclasses.dataclass
+class GenerationSettings:
+    max_tokens: int | None
+    stop: list[str]
+    sampling: SamplingParams
+    grammar: object | None = None
+    logprobs: int | None = None
+    logits_processor: Sequence[LogitsProcessor] = ()
+    stopping_criteria: Sequence[StoppingCriterion] = ()
+
+
+def generate_events(engine, prompt: list[int], settings: GenerationSettings,
+                    outcome: Outcome) -> Iterator[Event]:
+    """The loop: evaluate the prompt (reusing the cached prefix), then sample/decode until EOG,
+    a stop string, a stopping criterion, ``max_tokens`` or a full context."""
+    ctx = engine.context
+    tokenizer = engine.tokenizer
+    n_ctx = ctx.n_ctx
+    budget = n_ctx - len(prompt)
+    if settings.max_tokens is not None and settings.max_tokens > 0:
+        budget = min(budget, settings.max_tokens)
+    chain = SamplerChain(settings.sampling, ctx.model.vocab_ptr, ctx.n_vocab, n_ctx, settings.grammar)
+    stream, matcher = TextStream(), StopMatcher(settings.stop)
+    vocab = ctx.model.vocab_ptr
+    want_logprobs = settings.logprobs is not None
+    processors, criteria = settings.logits_processor, settings.stopping_criteria
+    piece = tokenizer.piece
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        lib.llama_ffi_sigint_install()
+    try:
+        engine.eval_prompt(prompt)
+        produced = 0
+        while True:
+            if produced >= budget:
+                outcome.finish_reason = "length"
+                break
+            if lib.llama_ffi_sigint_pending():
+                lib.llama_ffi_sigint_clear()
+                raise KeyboardInterrupt
+            logits = ctx.logits(-1) if (processors or criteria or want_logprobs) else None
+            if processors:
+                ids = np.asarray(engine.tokens, dtype=np.intc)
+                for proc in processors:
+                    result = proc(ids, logits)
+                    if result is not logits:
+                        np.copyto(logits, result)
+            lp = log_softmax(logits) if want_logprobs else None
+            token = chain.sample(ctx.ptr, -1)
+            if lib.llama_vocab_is_eog(vocab, token):
+                outcome.finish_reason = "stop"
+                break
+            produced += 1
+            outcome.completion_tokens = produced
+            text, stopped = matcher.feed(stream.push(piece(token)))
+            event = Event(token, text)
+            if want_logprobs:
+                event.logprob = float(lp[token])
+                event.top_logprobs = _top(lp, settings.logprobs,
+                                          lambda t: piece(t).decode("utf-8", "replace"))
+            if stopped:
+                outcome.finish_reason = "stop"
+                yield event
+                return
+            if criteria and any(c(np.asarray(engine.tokens + [token], dtype=np.intc), logits)
+                                for c in criteria):
+                outcome.finish_reason = "stop"
+                yield event
+                break
+            yield event
+            if produced < budget:
+                engine.eval_token(token)
+        tail, stopped = matcher.feed(stream.finish())
+        if stopped:
+            outcome.finish_reason = "stop"
+        else:
+            tail += matcher.flush()
+        if tail:
+            yield Event(-1, tail)
+    finally:
+        if main_thread:
+            lib.llama_ffi_sigint_restore()
+        chain.close()
+
+
+def _logprobs_block(events: list[Event], offset: int, tokenizer) -> dict:
+    tokens, offsets, lps, tops = [], [], [], []
+    pos = offset
+    for e in events:
+        if e.token < 0:
+            continue
+        text = tokenizer.piece(e.token).decode("utf-8", "replace")
+        tokens.append(text)
+        offsets.append(pos)
+        pos += len(text)
+        lps.append(e.logprob)
+        tops.append(e.top_logprobs)
+    return {"tokens": tokens, "text_offset": offsets, "token_logprobs": lps, "top_logprobs": tops}
+
+
+def completion_id() -> str:
+    return f"cmpl-{uuid.uuid4()}"
+
+
+def result_dict(cid: str, model: str, text: str, finish: str | None, usage: dict | None,
+                logprobs: dict | None, created: int, obj: str = "text_completion") -> dict:
+    out = {
+        "id": cid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}],
+    }
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def create_completion(engine, prompt_tokens: list[int], settings: GenerationSettings,
+                      stream: bool, echo_text: str, model_name: str):
+    """Run the loop; return the OpenAI-shaped dict, or an iterator of chunks when streaming."""
+    cid, created = completion_id(), int(time.time())
+    outcome = Outcome()
+
+    def usage() -> dict:
+        return {"prompt_tokens": len(prompt_tokens), "completion_tokens": outcome.completion_tokens,
+                "total_tokens": len(prompt_tokens) + outcome.completion_tokens}
+
+    def chunks() -> Iterator[dict]:
+        with engine.lock:
+            if echo_text:
+                yield result_dict(cid, model_name, echo_text, None, None, None, created)
+            for e in generate_events(engine, prompt_tokens, settings, outcome):
+                lp = _logprobs_block([e], 0, engine.tokenizer) if settings.logprobs is not None else None
+                if e.text or lp:
+                    yield result_dict(cid, model_name, e.text, None, None, lp, created)
+            yield result_dict(cid, model_name, "", outcome.finish_reason, usage(), None, created)
+
+    if stream:
+        return chunks()
+    with engine.lock:
+        events = list(generate_events(engine, prompt_tokens, settings, outcome))
+    text = echo_text + "".join(e.text for e in events)
+    lp = _logprobs_block(events, len(echo_text), engine.tokenizer) if settings.logprobs is not None else None
+    return result_dict(cid, model_name, text, outcome.finish_reason, usage(), lp, created)

@@ -1,0 +1,185 @@
+"""The owner of one ``llama_context``: parameters (validated), decode, KV memory, state, logits."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from llama_ffi import ffi, lib
+from llama_ffi._logging import capture_errors, reason
+from llama_ffi.high._checks import flag, integer, number
+from llama_ffi.high.model import Model
+
+DECODE_NO_KV_SLOT = 1
+DECODE_ABORTED = 2
+MAX_SEQUENCES = 256  # src/llama-cparams.h LLAMA_MAX_SEQ: not in the public headers
+
+_GGML_TYPES = {name[len("GGML_TYPE_"):].lower(): getattr(lib, name)
+               for name in dir(lib) if name.startswith("GGML_TYPE_") and name != "GGML_TYPE_COUNT"}
+
+
+def ggml_type(name: str, value) -> int:
+    """A KV cache type given as a ggml enum value or its name ("f16", "q8_0", ...)."""
+    if isinstance(value, str):
+        if value.lower() not in _GGML_TYPES:
+            raise ValueError(f"{name}: unknown ggml type {value!r}")
+        return _GGML_TYPES[value.lower()]
+    integer(name, value, 0, lib.GGML_TYPE_COUNT - 1)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextParams:
+    """Context parameters with llama-cpp-python's names; ``None`` keeps llama.cpp's default."""
+
+    n_ctx: int | None = None          # 0 = the model's training context
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_seq_max: int | None = None
+    rope_scaling_type: int | None = None
+    rope_freq_base: float | None = None
+    rope_freq_scale: float | None = None
+    yarn_ext_factor: float | None = None
+    yarn_attn_factor: float | None = None
+    yarn_beta_fast: float | None = None
+    yarn_beta_slow: float | None = None
+    yarn_orig_ctx: int | None = None
+    type_k: int | str | None = None
+    type_v: int | str | None = None
+    flash_attn: bool | None = None    # None = llama.cpp's "auto"
+    embeddings: bool | None = None
+    pooling_type: int | None = None
+    offload_kqv: bool | None = None
+    kv_unified: bool | None = None
+
+    def to_c(self):
+        """Validated ``struct llama_context_params``."""
+        cp = lib.llama_context_default_params()
+        ints = {"n_ctx": 0, "n_batch": 1, "n_ubatch": 1, "n_threads": 1, "n_threads_batch": 1,
+                "n_seq_max": 1, "yarn_orig_ctx": 0}
+        for name, minimum in ints.items():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(cp, name, integer(name, value, minimum, 2**31 - 1))
+        if self.n_seq_max is not None:  # llama.cpp aborts above its internal LLAMA_MAX_SEQ (256)
+            integer("n_seq_max", self.n_seq_max, 1, MAX_SEQUENCES)
+        for name in ("rope_freq_base", "rope_freq_scale", "yarn_attn_factor", "yarn_beta_fast",
+                     "yarn_beta_slow"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(cp, name, number(name, value, minimum=0.0))
+        if self.yarn_ext_factor is not None:
+            cp.yarn_ext_factor = number("yarn_ext_factor", self.yarn_ext_factor)  # -1 = from model
+        if self.rope_scaling_type is not None:
+            cp.rope_scaling_type = integer("rope_scaling_type", self.rope_scaling_type,
+                                           lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+                                           lib.LLAMA_ROPE_SCALING_TYPE_MAX_VALUE)
+        if self.pooling_type is not None:
+            cp.pooling_type = integer("pooling_type", self.pooling_type,
+                                      lib.LLAMA_POOLING_TYPE_UNSPECIFIED, lib.LLAMA_POOLING_TYPE_RANK)
+        if self.type_k is not None:
+            cp.type_k = ggml_type("type_k", self.type_k)
+        if self.type_v is not None:
+            cp.type_v = ggml_type("type_v", self.type_v)
+        if self.flash_attn is not None:
+            cp.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flag("flash_attn", self.flash_attn)
+                                  else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        for name in ("embeddings", "offload_kqv", "kv_unified"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(cp, name, flag(name, value))
+        if self.n_batch is not None and self.n_ubatch is not None and self.n_ubatch > self.n_batch:
+            raise ValueError(f"n_ubatch ({self.n_ubatch}) must not exceed n_batch ({self.n_batch})")
+        return cp
+
+
+class DecodeError(RuntimeError):
+    pass
+
+
+class Context:
+    """One inference context over a ``Model``. Freed by ``close()``, ``with``, or GC."""
+
+    def __init__(self, model: Model, params: ContextParams = ContextParams()) -> None:
+        self._ptr = ffi.NULL
+        cp = params.to_c()
+        cp.abort_callback = lib.llama_ffi_abort_requested
+        with capture_errors() as errors:
+            ptr = lib.llama_init_from_model(model.ptr, cp)
+        if ptr == ffi.NULL:
+            raise ValueError(f"llama.cpp could not create a context: {reason(errors, 'unknown error')}")
+        self._ptr = ptr
+        self.model = model
+        self.n_vocab = model.n_vocab
+        self.memory = lib.llama_get_memory(ptr)
+
+    @property
+    def ptr(self):
+        if self._ptr == ffi.NULL:
+            raise RuntimeError("this context has been closed")
+        return self._ptr
+
+    def close(self) -> None:
+        ptr, self._ptr = self._ptr, ffi.NULL
+        if ptr != ffi.NULL:
+            lib.llama_free(ptr)
+
+    def __del__(self) -> None:
+        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL:
+            self.close()
+
+    @property
+    def n_ctx(self) -> int:
+        return lib.llama_n_ctx(self.ptr)
+
+    @property
+    def n_batch(self) -> int:
+        return lib.llama_n_batch(self.ptr)
+
+    @property
+    def n_seq_max(self) -> int:
+        return lib.llama_n_seq_max(self.ptr)
+
+    def decode(self, batch) -> None:
+        """``llama_decode``; Ctrl-C (via the abort callback) raises KeyboardInterrupt."""
+        rc = lib.llama_decode(self.ptr, batch)
+        if rc == 0:
+            return
+        if rc == DECODE_ABORTED or lib.llama_ffi_sigint_pending():
+            lib.llama_ffi_sigint_clear()
+            raise KeyboardInterrupt
+        if rc == DECODE_NO_KV_SLOT:
+            raise DecodeError("no room left in the KV cache for this batch (context full)")
+        raise DecodeError(f"llama_decode failed with code {rc}")
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """Logits of output ``i`` as a writable zero-copy view (valid until the next decode)."""
+        ptr = lib.llama_get_logits_ith(self.ptr, i)
+        if ptr == ffi.NULL:
+            raise DecodeError(f"no logits for output {i}")
+        return np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32)
+
+    # ---- KV memory -----------------------------------------------------------------------------
+    def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
+        return bool(lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
+
+    def seq_pos_max(self, seq: int = 0) -> int:
+        return lib.llama_memory_seq_pos_max(self.memory, seq)
+
+    def clear(self) -> None:
+        lib.llama_memory_clear(self.memory, True)
+
+    # ---- state ---------------------------------------------------------------------------------
+    def state_bytes(self) -> bytes:
+        size = lib.llama_state_get_size(self.ptr)
+        buf = ffi.new("uint8_t[]", size)
+        n = lib.llama_state_get_data(self.ptr, buf, size)
+        return ffi.buffer(buf, n)[:]
+
+    def set_state_bytes(self, data: bytes) -> None:
+        n = lib.llama_state_set_data(self.ptr, ffi.from_buffer(data), len(data))
+        if n != len(data):
+            raise ValueError(f"state does not fit this context (read {n} of {len(data)} bytes)")

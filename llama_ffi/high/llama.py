@@ -1,0 +1,389 @@
+"""``Llama``: a model, one context and its KV cache, with llama-cpp-python's names.
+
+It owns the model and the context (``close()``, ``with``, GC), serialises use from several
+threads with one lock, and keeps the tokens in the KV cache so that a new prompt sharing a
+prefix with them evaluates only the new suffix.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from llama_ffi import ffi, lib
+from llama_ffi.high import completion
+from llama_ffi.high.batch import Batch
+from llama_ffi.high.context import Context, ContextParams
+from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.high.model import Model, ModelParams
+from llama_ffi.high.sampling import SamplerChain, SamplingParams
+from llama_ffi.high.tokenizer import Tokenizer
+
+_STATE_MAGIC = b"LFFISTA1"
+
+
+class Llama:
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        n_ctx: int | None = 512,
+        n_batch: int | None = None,
+        n_ubatch: int | None = None,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        n_gpu_layers: int | None = None,
+        seed: int = 0xFFFFFFFF,
+        use_mmap: bool | None = None,
+        use_mlock: bool | None = None,
+        vocab_only: bool = False,
+        kv_overrides: Mapping[str, bool | int | float | str] | None = None,
+        type_k: int | str | None = None,
+        type_v: int | str | None = None,
+        flash_attn: bool | None = None,
+        rope_scaling_type: int | None = None,
+        rope_freq_base: float | None = None,
+        rope_freq_scale: float | None = None,
+        yarn_ext_factor: float | None = None,
+        yarn_attn_factor: float | None = None,
+        yarn_beta_fast: float | None = None,
+        yarn_beta_slow: float | None = None,
+        yarn_orig_ctx: int | None = None,
+        embeddings: bool = False,
+        pooling_type: int | None = None,
+        n_seq_max: int | None = None,
+        progress: bool | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self._closed = True
+        if verbose:
+            _enable_verbose_logging()
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 0xFFFFFFFF:
+            raise ValueError(f"seed must be an int in 0..0xFFFFFFFF, got {seed!r}")
+        self.seed = seed
+        cparams = ContextParams(
+            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
+            n_threads_batch=n_threads_batch, n_seq_max=n_seq_max, rope_scaling_type=rope_scaling_type,
+            rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
+            yarn_ext_factor=yarn_ext_factor, yarn_attn_factor=yarn_attn_factor,
+            yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx,
+            type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
+            pooling_type=pooling_type)
+        cparams.to_c()  # validate everything before the (slow) model load
+        self.model_path = str(model_path)
+        self._model = Model(model_path, ModelParams(
+            n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only,
+            kv_overrides=kv_overrides, progress=progress))
+        self.tokenizer = Tokenizer(self._model)
+        self._context: Context | None = None
+        self._batch: Batch | None = None
+        if not vocab_only:
+            try:
+                self._context = Context(self._model, cparams)
+            except Exception:
+                self._model.close()
+                raise
+            self._batch = Batch(self._context.n_batch)
+        self.lock = threading.Lock()
+        self.tokens: list[int] = []          # what the KV cache of sequence 0 holds
+        self.n_evaluated = 0                 # tokens decoded so far (prefix reuse shows here)
+        self._one = ffi.new("llama_token[1]")
+        self._closed = False
+
+    # ---- ownership -------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._batch is not None:
+            self._batch.close()
+        if self._context is not None:
+            self._context.close()
+        self._model.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    def __enter__(self) -> "Llama":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Llama has been closed")
+
+    @property
+    def context(self) -> Context:
+        self._check_open()
+        if self._context is None:
+            raise RuntimeError("this Llama was loaded with vocab_only=True: it has no context")
+        return self._context
+
+    # ---- facts -------------------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.context.n_ctx
+
+    @property
+    def n_vocab(self) -> int:
+        self._check_open()
+        return self._model.n_vocab
+
+    @property
+    def n_embd(self) -> int:
+        self._check_open()
+        return self._model.n_embd
+
+    @property
+    def n_ctx_train(self) -> int:
+        self._check_open()
+        return self._model.n_ctx_train
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        self._check_open()
+        return self._model.metadata()
+
+    def _vocab_token(self, fn) -> int:
+        self._check_open()
+        return fn(self._model.vocab_ptr)
+
+    def token_bos(self) -> int:
+        return self._vocab_token(lib.llama_vocab_bos)
+
+    def token_eos(self) -> int:
+        return self._vocab_token(lib.llama_vocab_eos)
+
+    def token_eot(self) -> int:
+        return self._vocab_token(lib.llama_vocab_eot)
+
+    def token_nl(self) -> int:
+        return self._vocab_token(lib.llama_vocab_nl)
+
+    def token_sep(self) -> int:
+        return self._vocab_token(lib.llama_vocab_sep)
+
+    def token_pad(self) -> int:
+        return self._vocab_token(lib.llama_vocab_pad)
+
+    # ---- tokenizer ---------------------------------------------------------------------------------
+    def tokenize(self, text: str | bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        self._check_open()
+        return self.tokenizer.tokenize(text, add_bos, special)
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
+        self._check_open()
+        return self.tokenizer.detokenize(tokens, special)
+
+    # ---- evaluation ----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the KV cache (the next prompt is evaluated from scratch)."""
+        with self.lock:
+            self.context.clear()
+            self.tokens = []
+
+    def _resync_after_abort(self) -> None:
+        kept = self.context.seq_pos_max(0) + 1
+        del self.tokens[max(kept, 0):]
+
+    def _decode(self, tokens: Sequence[int], start: int, logits: str = "last") -> None:
+        ctx, batch = self.context, self._batch
+        step = batch.capacity
+        for i in range(0, len(tokens), step):
+            part = tokens[i:i + step]
+            try:
+                ctx.decode(batch.fill(part, start + i, logits=logits).c)
+            except KeyboardInterrupt:
+                self._resync_after_abort()
+                raise
+            self.tokens.extend(part)
+            self.n_evaluated += len(part)
+
+    def eval_prompt(self, prompt: Sequence[int]) -> None:
+        """Make the KV cache hold exactly ``prompt``, evaluating only what is not cached."""
+        ctx = self.context
+        if len(prompt) > ctx.n_ctx:
+            raise ValueError(f"prompt has {len(prompt)} tokens but the context holds only {ctx.n_ctx} "
+                             f"(n_ctx={ctx.n_ctx})")
+        if not prompt:
+            raise ValueError("prompt is empty")
+        self.tokenizer.check_tokens(prompt)
+        keep = 0
+        for a, b in zip(self.tokens, prompt):
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(prompt) - 1)  # the last prompt token is always decoded: its logits
+        if keep < len(self.tokens) and not ctx.seq_rm(0, keep, -1):
+            ctx.clear()  # memory that cannot be cut (recurrent models): start over
+            keep = 0
+        del self.tokens[keep:]
+        self._decode(list(prompt[keep:]), keep)
+
+    def eval_token(self, token: int) -> None:
+        """Append one token to the sequence (the generation fast path)."""
+        self._one[0] = token
+        try:
+            self.context.decode(lib.llama_batch_get_one(self._one, 1))
+        except KeyboardInterrupt:
+            self._resync_after_abort()
+            raise
+        self.tokens.append(token)
+        self.n_evaluated += 1
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``)."""
+        with self.lock:
+            tokens = list(tokens)
+            self.tokenizer.check_tokens(tokens)
+            if len(self.tokens) + len(tokens) > self.context.n_ctx:
+                raise ValueError(f"{len(self.tokens)} cached + {len(tokens)} new tokens exceed the "
+                                 f"context of {self.context.n_ctx}")
+            self._decode(tokens, len(self.tokens))
+
+    def logits(self) -> np.ndarray:
+        """Zero-copy view of the logits of the last evaluated token."""
+        return self.context.logits(-1)
+
+    def sample(self, **sampling) -> int:
+        """Sample one token from the last logits with a fresh sampler chain."""
+        with self.lock:
+            params = self._sampling_params(**sampling)
+            chain = SamplerChain(params, self._model.vocab_ptr, self.n_vocab, self.n_ctx)
+            try:
+                for t in self.tokens[-max(params.penalty_last_n, 0):] if params.penalty_last_n else []:
+                    chain.accept(t)
+                return chain.sample(self.context.ptr, -1)
+            finally:
+                chain.close()
+
+    def generate(self, tokens: Sequence[int], *, grammar: LlamaGrammar | None = None,
+                 logits_processor=None, stopping_criteria=None, max_tokens: int | None = None,
+                 **sampling) -> Iterator[int]:
+        """Token iterator: evaluates ``tokens`` then yields sampled tokens until EOG / full context."""
+        settings = completion.GenerationSettings(
+            max_tokens=max_tokens, stop=[], sampling=self._sampling_params(**sampling),
+            grammar=grammar, logits_processor=_as_list(logits_processor),
+            stopping_criteria=_as_list(stopping_criteria))
+        with self.lock:
+            for event in completion.generate_events(self, list(tokens), settings, completion.Outcome()):
+                if event.token >= 0:
+                    yield event.token
+
+    # ---- completion ------------------------------------------------------------------------------------
+    def _sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
+        mirostat = kw.pop("mirostat", None)
+        if mirostat is not None:
+            kw["mirostat_mode"] = mirostat
+        temp = kw.pop("temp", None)
+        if temp is not None:
+            kw["temperature"] = temp
+        names = SamplingParams.__dataclass_fields__
+        unknown = sorted(set(kw) - set(names))
+        if unknown:
+            raise TypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
+        return SamplingParams(seed=self.seed if seed is None else seed, **kw)
+
+    def create_completion(
+        self,
+        prompt: str | bytes | Sequence[int],
+        *,
+        max_tokens: int | None = 16,
+        stop: str | Sequence[str] | None = None,
+        echo: bool = False,
+        logprobs: int | None = None,
+        stream: bool = False,
+        grammar: LlamaGrammar | None = None,
+        logits_processor=None,
+        stopping_criteria=None,
+        **sampling,
+    ):
+        """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``."""
+        self._check_open()
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+            raise TypeError("max_tokens must be an int or None")
+        if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= self.n_vocab):
+            raise ValueError(f"logprobs must be an int in 0..n_vocab, got {logprobs!r}")
+        if grammar is not None and not isinstance(grammar, LlamaGrammar):
+            raise TypeError("grammar must be a LlamaGrammar")
+        if isinstance(prompt, (str, bytes)):
+            tokens = self.tokenize(prompt, add_bos=True, special=True)
+            echo_text = (prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else prompt) if echo else ""
+        else:
+            tokens = list(prompt)
+            self.tokenizer.check_tokens(tokens)
+            echo_text = self.detokenize(tokens).decode("utf-8", "replace") if echo else ""
+        if not tokens:
+            tokens = [self.token_bos()]
+        if len(tokens) > self.n_ctx:
+            raise ValueError(f"prompt has {len(tokens)} tokens but the context holds only {self.n_ctx} "
+                             f"(n_ctx={self.n_ctx})")
+        settings = completion.GenerationSettings(
+            max_tokens=max_tokens, stop=completion.normalize_stop(stop),
+            sampling=self._sampling_params(**sampling), grammar=grammar, logprobs=logprobs,
+            logits_processor=_as_list(logits_processor), stopping_criteria=_as_list(stopping_criteria))
+        settings.sampling.validate(self.n_vocab)
+        if grammar is not None:
+            grammar.check(self._model)
+        return completion.create_completion(self, tokens, settings, stream, echo_text, self.model_path)
+
+    __call__ = create_completion
+
+    # ---- state -------------------------------------------------------------------------------------------
+    def save_state(self, path: str | os.PathLike | None = None) -> bytes | None:
+        """The context's state (KV cache, RNG...) and its tokens, as bytes or into a file."""
+        with self.lock:
+            if path is not None:
+                arr = ffi.new("llama_token[]", self.tokens) if self.tokens else ffi.NULL
+                if not lib.llama_state_save_file(self.context.ptr, os.fsencode(path), arr, len(self.tokens)):
+                    raise OSError(f"could not write the state to {path}")
+                return None
+            head = _STATE_MAGIC + struct.pack("<I", len(self.tokens))
+            return head + np.asarray(self.tokens, dtype="<i4").tobytes() + self.context.state_bytes()
+
+    def load_state(self, state: bytes | str | os.PathLike) -> None:
+        with self.lock:
+            if isinstance(state, (bytes, bytearray)):
+                if not state.startswith(_STATE_MAGIC):
+                    raise ValueError("not a llama_ffi state (bad magic)")
+                (n,) = struct.unpack_from("<I", state, len(_STATE_MAGIC))
+                start = len(_STATE_MAGIC) + 4
+                tokens = np.frombuffer(state, dtype="<i4", count=n, offset=start).tolist()
+                self.context.set_state_bytes(bytes(state[start + 4 * n:]))
+                self.tokens = tokens
+                return
+            path = os.fspath(state)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"state file not found: {path}")
+            cap = self.context.n_ctx
+            arr = ffi.new("llama_token[]", cap)
+            n = ffi.new("size_t *")
+            if not lib.llama_state_load_file(self.context.ptr, os.fsencode(path), arr, cap, n):
+                raise ValueError(f"could not load the state from {path} (wrong model or context?)")
+            self.tokens = list(ffi.unpack(arr, n[0]))
+
+
+def _as_list(x) -> list:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _enable_verbose_logging() -> None:
+    import logging
+
+    from llama_ffi._logging import logger
+
+    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.NullHandler)
+               for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)

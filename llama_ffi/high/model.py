@@ -1,0 +1,187 @@
+"""The owner of one ``llama_model``: load (validated, with llama.cpp's reason on failure), free."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from llama_ffi import ffi, lib
+from llama_ffi._logging import capture_errors, reason
+from llama_ffi.high._checks import flag, integer
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParams:
+    """Model loading parameters; ``None`` keeps llama.cpp's default."""
+
+    n_gpu_layers: int | None = None
+    use_mmap: bool | None = None
+    use_mlock: bool | None = None
+    vocab_only: bool = False
+    kv_overrides: Mapping[str, bool | int | float | str] | None = None
+    progress: bool | None = None  # None: a bar when stderr is a terminal
+
+    def validate(self) -> None:
+        if self.n_gpu_layers is not None:
+            integer("n_gpu_layers", self.n_gpu_layers, minimum=-1)
+        for name in ("use_mmap", "use_mlock", "vocab_only"):
+            if getattr(self, name) is not None:
+                flag(name, getattr(self, name))
+        for key, value in (self.kv_overrides or {}).items():
+            if not isinstance(key, str) or not key or len(key.encode()) >= 128:
+                raise ValueError(f"kv_overrides key must be a non-empty str under 128 bytes: {key!r}")
+            if not isinstance(value, (bool, int, float, str)):
+                raise TypeError(f"kv_overrides[{key!r}] must be bool, int, float or str")
+            if isinstance(value, str) and len(value.encode()) >= 128:
+                raise ValueError(f"kv_overrides[{key!r}]: string values must be under 128 bytes")
+
+
+class _Progress:
+    """Draws llama.cpp's load progress on stderr."""
+
+    def __init__(self) -> None:
+        self.last = -1
+
+    def update(self, fraction: float) -> None:
+        filled = int(fraction * 30)
+        if filled != self.last:
+            self.last = filled
+            sys.stderr.write(f"\rloading model [{'#' * filled}{'.' * (30 - filled)}] {fraction * 100:5.1f}%")
+            if fraction >= 1.0:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+@ffi.def_extern()
+def llama_ffi_on_progress(fraction, user_data):
+    ffi.from_handle(user_data).update(fraction)
+    return True
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail early, in Python, for what llama.cpp would only log."""
+    if not path.exists():
+        raise FileNotFoundError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ValueError(f"model path is not a file: {path}")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
+
+
+def _apply_overrides(mp, overrides: Mapping[str, bool | int | float | str], keep: list) -> None:
+    arr = ffi.new("struct llama_model_kv_override[]", len(overrides) + 1)  # zeroed: terminator
+    for i, (key, value) in enumerate(overrides.items()):
+        item = arr[i]
+        item.key = key.encode()
+        if isinstance(value, bool):
+            item.tag, item.val_bool = lib.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            item.tag, item.val_i64 = lib.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        elif isinstance(value, float):
+            item.tag, item.val_f64 = lib.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+        else:
+            item.tag, item.val_str = lib.LLAMA_KV_OVERRIDE_TYPE_STR, value.encode()
+    mp.kv_overrides = arr
+    keep.append(arr)
+
+
+class Model:
+    """One loaded GGUF model. Freed by ``close()``, a ``with`` block, or garbage collection."""
+
+    def __init__(self, path: str | os.PathLike, params: ModelParams = ModelParams()) -> None:
+        self._ptr = ffi.NULL
+        self.path = Path(path)
+        params.validate()
+        check_gguf_file(self.path)
+        mp = lib.llama_model_default_params()
+        if params.n_gpu_layers is not None:
+            mp.n_gpu_layers = params.n_gpu_layers
+        if params.use_mmap is not None:
+            mp.use_mmap = params.use_mmap
+        if params.use_mlock is not None:
+            mp.use_mlock = params.use_mlock
+        mp.vocab_only = params.vocab_only
+        keep: list = []
+        if params.kv_overrides:
+            _apply_overrides(mp, params.kv_overrides, keep)
+        show = sys.stderr.isatty() if params.progress is None else params.progress
+        if show:
+            handle = ffi.new_handle(_Progress())
+            keep.append(handle)
+            mp.progress_callback = lib.llama_ffi_on_progress
+            mp.progress_callback_user_data = handle
+        with capture_errors() as errors:
+            ptr = lib.llama_model_load_from_file(os.fsencode(self.path), mp)
+        if ptr == ffi.NULL:
+            raise ValueError(f"llama.cpp could not load {self.path}: "
+                             f"{reason(errors, 'unknown error (see the llama_ffi logger)')}")
+        self._ptr = ptr
+        self.vocab = lib.llama_model_get_vocab(ptr)
+
+    @property
+    def ptr(self):
+        if self._ptr == ffi.NULL:
+            raise RuntimeError("this model has been closed")
+        return self._ptr
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr == ffi.NULL
+
+    def close(self) -> None:
+        ptr, self._ptr = self._ptr, ffi.NULL
+        if ptr != ffi.NULL:
+            lib.llama_model_free(ptr)
+
+    def __del__(self) -> None:
+        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL:
+            self.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- facts about the model ----------------------------------------------------------------
+    @property
+    def n_vocab(self) -> int:
+        return lib.llama_vocab_n_tokens(self.vocab_ptr)
+
+    @property
+    def vocab_ptr(self):
+        self.ptr  # raises after close
+        return self.vocab
+
+    @property
+    def n_ctx_train(self) -> int:
+        return lib.llama_model_n_ctx_train(self.ptr)
+
+    @property
+    def n_embd(self) -> int:
+        return lib.llama_model_n_embd(self.ptr)
+
+    def metadata(self) -> dict[str, str]:
+        out = {}
+        buf_size = 4096
+        buf = ffi.new("char[]", buf_size)
+        for i in range(lib.llama_model_meta_count(self.ptr)):
+            n = lib.llama_model_meta_key_by_index(self.ptr, i, buf, buf_size)
+            if n < 0:
+                continue
+            key = ffi.string(buf).decode("utf-8", "replace")
+            n = lib.llama_model_meta_val_str_by_index(self.ptr, i, buf, buf_size)
+            if n >= buf_size:  # long values (chat templates): ask again with room for them
+                big = ffi.new("char[]", n + 1)
+                lib.llama_model_meta_val_str_by_index(self.ptr, i, big, n + 1)
+                out[key] = ffi.string(big).decode("utf-8", "replace")
+            elif n >= 0:
+                out[key] = ffi.string(buf).decode("utf-8", "replace")
+        return out

@@ -1,0 +1,99 @@
+"""Text ⇄ tokens over a model's vocabulary, and streaming detokenisation that never splits UTF-8."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterable, Sequence
+
+from llama_ffi import ffi, lib
+
+
+class Tokenizer:
+    def __init__(self, vocab_owner) -> None:
+        self._owner = vocab_owner  # a Model: its vocab lives as long as it is open
+
+    @property
+    def _vocab(self):
+        return self._owner.vocab_ptr
+
+    @property
+    def n_vocab(self) -> int:
+        return lib.llama_vocab_n_tokens(self._vocab)
+
+    def tokenize(self, text: str | bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """``add_bos`` adds the model's special tokens (BOS/EOS as its vocabulary asks);
+        ``special`` parses special-token text such as ``<|im_start|>`` into their ids."""
+        if isinstance(text, str):
+            data = text.encode("utf-8")
+        elif isinstance(text, (bytes, bytearray)):
+            data = bytes(text)
+        else:
+            raise TypeError(f"text must be str or bytes, got {type(text).__name__}")
+        vocab = self._vocab
+        capacity = len(data) + 2
+        buf = ffi.new("llama_token[]", capacity)
+        n = lib.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, special)
+        if n < 0:
+            capacity = -n
+            buf = ffi.new("llama_token[]", capacity)
+            n = lib.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, special)
+        if n < 0:
+            raise ValueError(f"tokenization failed ({n}) for a text of {len(data)} bytes")
+        return list(ffi.unpack(buf, n))
+
+    def check_tokens(self, tokens: Sequence[int]) -> None:
+        n_vocab = self.n_vocab
+        for i, t in enumerate(tokens):
+            if isinstance(t, bool) or not isinstance(t, int):
+                raise TypeError(f"token {i} is {type(t).__name__}, not int")
+            if not 0 <= t < n_vocab:
+                raise ValueError(f"token {i} ({t}) is outside the vocabulary (0..{n_vocab - 1})")
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (may be part of a UTF-8 character)."""
+        buf = ffi.new("char[]", 64)
+        n = lib.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ffi.new("char[]", -n)
+            n = lib.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return ffi.unpack(buf, n)
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
+        """Bytes of a token sequence, as llama.cpp joins them (leading space rules included)."""
+        tokens = list(tokens)
+        self.check_tokens(tokens)
+        if not tokens:
+            return b""
+        arr = ffi.new("llama_token[]", tokens)
+        capacity = max(64, 8 * len(tokens))
+        buf = ffi.new("char[]", capacity)
+        n = lib.llama_detokenize(self._vocab, arr, len(tokens), buf, capacity, False, special)
+        if n < 0:
+            capacity = -n
+            buf = ffi.new("char[]", capacity)
+            n = lib.llama_detokenize(self._vocab, arr, len(tokens), buf, capacity, False, special)
+        return ffi.unpack(buf, n)
+
+
+class TextStream:
+    """Joins token pieces into text, releasing only complete UTF-8 characters."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, data: bytes) -> str:
+        return self._decoder.decode(data)
+
+    def finish(self) -> str:
+        return self._decoder.decode(b"", final=True)
+
+
+def stream_text(pieces: Iterable[bytes]) -> Iterable[str]:
+    stream = TextStream()
+    for p in pieces:
+        text = stream.push(p)
+        if text:
+            yield text
+    tail = stream.finish()
+    if tail:
+        yield tail
