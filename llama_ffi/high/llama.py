@@ -338,36 +338,44 @@ class Llama:
 
     # ---- state -------------------------------------------------------------------------------------------
     def save_state(self, path: str | os.PathLike | None = None) -> bytes | None:
-        """The context's state (KV cache, RNG...) and its tokens, as bytes or into a file."""
+        """The context's state (KV cache) with the tokens it holds: returned as bytes, or
+        written to ``path``. ``load_state`` takes either."""
         with self.lock:
-            if path is not None:
-                arr = ffi.new("llama_token[]", self.tokens) if self.tokens else ffi.NULL
-                if not lib.llama_state_save_file(self.context.ptr, os.fsencode(path), arr, len(self.tokens)):
-                    raise OSError(f"could not write the state to {path}")
-                return None
             head = _STATE_MAGIC + struct.pack("<I", len(self.tokens))
-            return head + np.asarray(self.tokens, dtype="<i4").tobytes() + self.context.state_bytes()
+            data = head + np.asarray(self.tokens, dtype="<i4").tobytes() + self.context.state_bytes()
+        if path is None:
+            return data
+        tmp = f"{os.fspath(path)}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return None
 
     def load_state(self, state: bytes | str | os.PathLike) -> None:
-        with self.lock:
-            if isinstance(state, (bytes, bytearray)):
-                if not state.startswith(_STATE_MAGIC):
-                    raise ValueError("not a llama_ffi state (bad magic)")
-                (n,) = struct.unpack_from("<I", state, len(_STATE_MAGIC))
-                start = len(_STATE_MAGIC) + 4
-                tokens = np.frombuffer(state, dtype="<i4", count=n, offset=start).tolist()
-                self.context.set_state_bytes(bytes(state[start + 4 * n:]))
-                self.tokens = tokens
-                return
+        if not isinstance(state, (bytes, bytearray)):
             path = os.fspath(state)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"state file not found: {path}")
-            cap = self.context.n_ctx
-            arr = ffi.new("llama_token[]", cap)
-            n = ffi.new("size_t *")
-            if not lib.llama_state_load_file(self.context.ptr, os.fsencode(path), arr, cap, n):
-                raise ValueError(f"could not load the state from {path} (wrong model or context?)")
-            self.tokens = list(ffi.unpack(arr, n[0]))
+            with open(path, "rb") as f:
+                state = f.read()
+        if not state.startswith(_STATE_MAGIC) or len(state) < len(_STATE_MAGIC) + 4:
+            raise ValueError("not a llama_ffi state (bad magic)")
+        (n,) = struct.unpack_from("<I", state, len(_STATE_MAGIC))
+        start = len(_STATE_MAGIC) + 4
+        if len(state) < start + 4 * n:
+            raise ValueError("truncated llama_ffi state")
+        tokens = np.frombuffer(state, dtype="<i4", count=n, offset=start).tolist()
+        with self.lock:
+            self.tokenizer.check_tokens(tokens)
+            self.context.set_state_bytes(bytes(state[start + 4 * n:]))
+            self.tokens = tokens
+            # llama.cpp's state holds the KV cache but not the logits: recompute the last
+            # token's, as llama.cpp's server does after restoring a slot.
+            if tokens:
+                last_pos = len(tokens) - 1
+                self.context.seq_rm(0, last_pos, -1)
+                last = self.tokens.pop()
+                self._decode([last], last_pos)
 
 
 def _as_list(x) -> list:
