@@ -1,0 +1,97 @@
+"""Bad input gets a clear Python exception and leaves objects usable — never a crash."""
+
+from __future__ import annotations
+
+import pytest
+
+from llama_ffi.high import Llama
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2_path):
+    with Llama(smollm2_path, n_ctx=256, progress=False) as model:
+        yield model
+
+
+def test_missing_model_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        Llama(tmp_path / "nope.gguf")
+
+
+def test_file_that_is_not_gguf(tmp_path):
+    path = tmp_path / "x.gguf"
+    path.write_bytes(b"PK\x03\x04 not a model")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        Llama(path)
+
+
+def test_truncated_gguf_gives_llama_cpps_reason(smollm2_path, tmp_path):
+    path = tmp_path / "truncated.gguf"
+    with open(smollm2_path, "rb") as src:
+        path.write_bytes(src.read(2_000_000))
+    with pytest.raises(ValueError, match="could not load") as err:
+        Llama(path)
+    assert len(str(err.value)) > len(f"llama.cpp could not load {path}: ") + 10  # a reason, not nothing
+
+
+def test_bad_constructor_parameters_are_refused_before_loading(smollm2_path):
+    for bad in (dict(n_ctx=-1), dict(n_batch=0), dict(n_threads="4"), dict(seed=-5),
+                dict(type_k="q9_9"), dict(flash_attn="yes"), dict(n_seq_max=10_000),
+                dict(n_batch=64, n_ubatch=128), dict(kv_overrides={"k": object()})):
+        with pytest.raises((ValueError, TypeError)):
+            Llama(smollm2_path, **bad)
+
+
+def test_prompt_longer_than_context_names_both_lengths(llm):
+    prompt = "word " * 400
+    n = len(llm.tokenize(prompt, special=True))
+    with pytest.raises(ValueError, match=rf"{n} tokens .* {llm.n_ctx}"):
+        llm(prompt, max_tokens=4)
+    assert llm("Hello", max_tokens=2, temperature=0.0)["choices"][0]["text"]
+
+
+def test_tokens_outside_the_vocabulary(llm):
+    for tokens in ([1, llm.n_vocab], [-1], [1, 2.5]):
+        with pytest.raises((ValueError, TypeError), match="token"):
+            llm(tokens, max_tokens=2)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.detokenize([llm.n_vocab + 5])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.eval([llm.n_vocab])
+
+
+def test_bad_types(llm):
+    with pytest.raises(TypeError):
+        llm.tokenize(123)
+    with pytest.raises(TypeError):
+        llm("x", max_tokens="10")
+    with pytest.raises(TypeError):
+        llm("x", stop=[1])
+    with pytest.raises(TypeError):
+        llm("x", grammar='root ::= "a"')
+    with pytest.raises(ValueError):
+        llm("x", logprobs=-1)
+
+
+def test_vocab_only_model_tokenizes_but_does_not_generate(smollm2_path):
+    with Llama(smollm2_path, vocab_only=True, progress=False) as m:
+        assert m.tokenize("Hello world", add_bos=False) == m.tokenize(b"Hello world", add_bos=False)
+        assert m.detokenize(m.tokenize("Hello world", add_bos=False)) == b"Hello world"
+        with pytest.raises(RuntimeError, match="vocab_only"):
+            m("Hello", max_tokens=2)
+
+
+def test_properties_and_metadata(llm):
+    assert llm.n_ctx >= 256 and llm.n_vocab == 49152 and llm.n_embd == 576
+    assert llm.n_ctx_train == 8192
+    assert llm.token_eos() >= 0 and llm.token_bos() >= 0
+    meta = llm.metadata
+    assert meta["general.architecture"] == "llama"
+    assert "{% for message in messages %}" in meta["tokenizer.chat_template"] or \
+        "im_start" in meta["tokenizer.chat_template"]
+
+
+def test_kv_overrides_reach_the_model(smollm2_path):
+    with Llama(smollm2_path, n_ctx=64, kv_overrides={"llama.context_length": 1024},
+               progress=False) as m:
+        assert m.n_ctx_train == 1024
