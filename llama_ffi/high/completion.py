@@ -128,31 +128,38 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
         lib.llama_ffi_sigint_install()
+    # Hot loop: names bound to locals once; per token only C calls and a few Python ops.
+    sample, is_eog, interrupted = chain.sample, lib.llama_vocab_is_eog, lib.llama_ffi_sigint_pending
+    push, feed, eval_token, ctx_ptr = stream.push, matcher.feed, engine.eval_token, ctx.ptr
     try:
+        if not (processors or criteria or want_logprobs):
+            chain.offload(ctx_ptr)
         engine.eval_prompt(prompt)
         produced = 0
         while True:
             if produced >= budget:
                 outcome.finish_reason = "length"
                 break
-            if lib.llama_ffi_sigint_pending():
+            if interrupted():
                 lib.llama_ffi_sigint_clear()
                 raise KeyboardInterrupt
-            logits = ctx.logits(-1) if (processors or criteria or want_logprobs) else None
-            if processors:
-                ids = np.asarray(engine.tokens, dtype=np.intc)
-                for proc in processors:
-                    result = proc(ids, logits)
-                    if result is not logits:
-                        np.copyto(logits, result)
-            lp = log_softmax(logits) if want_logprobs else None
-            token = chain.sample(ctx.ptr, -1)
-            if lib.llama_vocab_is_eog(vocab, token):
+            logits = lp = None
+            if processors or criteria or want_logprobs:
+                logits = ctx.logits(-1)
+                if processors:
+                    ids = np.asarray(engine.tokens, dtype=np.intc)
+                    for proc in processors:
+                        result = proc(ids, logits)
+                        if result is not logits:
+                            np.copyto(logits, result)
+                lp = log_softmax(logits) if want_logprobs else None
+            token = sample(ctx_ptr, -1)
+            if is_eog(vocab, token):
                 outcome.finish_reason = "stop"
                 break
             produced += 1
             outcome.completion_tokens = produced
-            text, stopped = matcher.feed(stream.push(piece(token)))
+            text, stopped = feed(push(piece(token)))
             event = Event(token, text)
             if want_logprobs:
                 event.logprob = float(lp[token])
@@ -169,7 +176,7 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
                 break
             yield event
             if produced < budget:
-                engine.eval_token(token)
+                eval_token(token)
         tail, stopped = matcher.feed(stream.finish())
         if stopped:
             outcome.finish_reason = "stop"

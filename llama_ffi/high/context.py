@@ -54,6 +54,7 @@ class ContextParams:
     pooling_type: int | None = None
     offload_kqv: bool | None = None
     kv_unified: bool | None = None
+    no_perf: bool | None = None       # False: llama.cpp keeps timings (llama_perf_context)
 
     def to_c(self):
         """Validated ``struct llama_context_params``."""
@@ -87,7 +88,7 @@ class ContextParams:
         if self.flash_attn is not None:
             cp.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flag("flash_attn", self.flash_attn)
                                   else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-        for name in ("embeddings", "offload_kqv", "kv_unified"):
+        for name in ("embeddings", "offload_kqv", "kv_unified", "no_perf"):
             value = getattr(self, name)
             if value is not None:
                 setattr(cp, name, flag(name, value))
@@ -145,15 +146,9 @@ class Context:
 
     def decode(self, batch) -> None:
         """``llama_decode``; Ctrl-C (via the abort callback) raises KeyboardInterrupt."""
-        rc = lib.llama_decode(self.ptr, batch)
-        if rc == 0:
-            return
-        if rc == DECODE_ABORTED or lib.llama_ffi_sigint_pending():
-            lib.llama_ffi_sigint_clear()
-            raise KeyboardInterrupt
-        if rc == DECODE_NO_KV_SLOT:
-            raise DecodeError("no room left in the KV cache for this batch (context full)")
-        raise DecodeError(f"llama_decode failed with code {rc}")
+        rc = lib.llama_ffi_decode(self.ptr, batch)  # llama_decode, timed
+        if rc != 0:
+            raise_for_decode_status(rc)
 
     def logits(self, i: int = -1) -> np.ndarray:
         """Logits of output ``i`` as a writable zero-copy view (valid until the next decode)."""
@@ -183,3 +178,12 @@ class Context:
         n = lib.llama_state_set_data(self.ptr, ffi.from_buffer(data), len(data))
         if n != len(data):
             raise ValueError(f"state does not fit this context (read {n} of {len(data)} bytes)")
+
+
+def raise_for_decode_status(rc: int) -> None:
+    if rc == DECODE_ABORTED or lib.llama_ffi_sigint_pending():
+        lib.llama_ffi_sigint_clear()
+        raise KeyboardInterrupt
+    if rc == DECODE_NO_KV_SLOT:
+        raise DecodeError("no room left in the KV cache for this batch (context full)")
+    raise DecodeError(f"llama_decode failed with code {rc}")

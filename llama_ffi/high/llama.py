@@ -17,7 +17,7 @@ import numpy as np
 from llama_ffi import ffi, lib
 from llama_ffi.high import completion
 from llama_ffi.high.batch import Batch
-from llama_ffi.high.context import Context, ContextParams
+from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
@@ -56,6 +56,7 @@ class Llama:
         embeddings: bool = False,
         pooling_type: int | None = None,
         n_seq_max: int | None = None,
+        no_perf: bool | None = None,
         progress: bool | None = None,
         verbose: bool = False,
     ) -> None:
@@ -67,12 +68,12 @@ class Llama:
         self.seed = seed
         cparams = ContextParams(
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
-            n_threads_batch=n_threads_batch, n_seq_max=n_seq_max, rope_scaling_type=rope_scaling_type,
+            n_threads_batch=n_threads_batch, rope_scaling_type=rope_scaling_type,
             rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
             yarn_ext_factor=yarn_ext_factor, yarn_attn_factor=yarn_attn_factor,
             yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx,
             type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
-            pooling_type=pooling_type)
+            pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf)
         cparams.to_c()  # validate everything before the (slow) model load
         self.model_path = str(model_path)
         self._model = Model(model_path, ModelParams(
@@ -92,6 +93,8 @@ class Llama:
         self.tokens: list[int] = []          # what the KV cache of sequence 0 holds
         self.n_evaluated = 0                 # tokens decoded so far (prefix reuse shows here)
         self._one = ffi.new("llama_token[1]")
+        # A one-token batch over _one, built once: eval_token only rewrites the token.
+        self._one_batch = lib.llama_batch_get_one(self._one, 1)
         self._closed = False
 
     # ---- ownership -------------------------------------------------------------------------------
@@ -228,13 +231,16 @@ class Llama:
         self._decode(list(prompt[keep:]), keep)
 
     def eval_token(self, token: int) -> None:
-        """Append one token to the sequence (the generation fast path)."""
+        """Append one token to the sequence (the generation fast path: called per token, so it
+        goes straight to llama_decode and leaves error handling to Context.decode)."""
         self._one[0] = token
-        try:
-            self.context.decode(lib.llama_batch_get_one(self._one, 1))
-        except KeyboardInterrupt:
-            self._resync_after_abort()
-            raise
+        rc = lib.llama_ffi_decode(self._context._ptr, self._one_batch)
+        if rc != 0:
+            try:
+                raise_for_decode_status(rc)
+            except KeyboardInterrupt:
+                self._resync_after_abort()
+                raise
         self.tokens.append(token)
         self.n_evaluated += 1
 

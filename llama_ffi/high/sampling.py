@@ -169,12 +169,15 @@ class SamplerChain:
 
     def __init__(self, params: SamplingParams, vocab, n_vocab: int, n_ctx: int, grammar=None) -> None:
         params.validate(n_vocab)
+        self._greedy_bias = self._fast_greedy(params, grammar)
         # -1 means "the whole context" for both penalty windows (llama.cpp itself reads -1 as 0).
         params = dataclasses.replace(
             params,
             penalty_last_n=n_ctx if params.penalty_last_n == -1 else params.penalty_last_n,
             dry_penalty_last_n=n_ctx if params.dry_penalty_last_n == -1 else params.dry_penalty_last_n)
         self._ptr = ffi.NULL
+        self._offloaded_ctx = self._backend = None
+        self._n_vocab = n_vocab
         self._keep: list = []
         cp = lib.llama_sampler_chain_default_params()
         cp.no_perf = True
@@ -185,6 +188,19 @@ class SamplerChain:
         self._add(logit_bias(params, vocab, n_vocab, self._keep), "logit_bias")
         for fn in chain_for(params):
             self._add(fn(params, vocab, n_vocab, self._keep), getattr(fn, "__name__", "select"))
+
+    @staticmethod
+    def _fast_greedy(params: SamplingParams, grammar):
+        """For plain greedy decoding (optionally with a logit bias) the chain is an argmax: done
+        in one C pass over the logits, it skips building llama.cpp's n_vocab candidate array for
+        every token. Returns (token ids, biases, count) or None when the chain is needed."""
+        if params.temperature > 0.0 or grammar is not None or penalties(params, None, 0, []) is not None:
+            return None
+        if params.dry_multiplier != 0.0:
+            return None
+        bias = params.logit_bias or {}
+        return (ffi.new("int32_t[]", list(bias.keys())), ffi.new("float[]", list(bias.values())),
+                len(bias))
 
     def _add(self, smpl, name: str) -> None:
         if smpl is None:
@@ -200,7 +216,33 @@ class SamplerChain:
             raise RuntimeError("sampler chain has been closed")
         return self._ptr
 
+    def offload(self, ctx) -> bool:
+        """For greedy decoding, let llama.cpp pick the token inside ``llama_decode`` (its backend
+        sampling: logit bias + argmax in the graph), so the logits are never read back.
+        Undone by ``close``. Returns whether the context accepted it."""
+        if self._greedy_bias is None or self._offloaded_ctx is not None:
+            return False
+        ids, biases, n = self._greedy_bias
+        backend = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        if n:
+            arr = ffi.new("llama_logit_bias[]", n)
+            for i in range(n):
+                arr[i].token, arr[i].bias = ids[i], biases[i]
+            lib.llama_sampler_chain_add(backend, lib.llama_sampler_init_logit_bias(self._n_vocab, n, arr))
+        lib.llama_sampler_chain_add(backend, lib.llama_sampler_init_greedy())
+        if not lib.llama_set_sampler(ctx, 0, backend):
+            lib.llama_sampler_free(backend)
+            return False
+        self._backend, self._offloaded_ctx = backend, ctx
+        return True
+
     def sample(self, ctx, idx: int = -1) -> int:
+        """Sample (and accept) a token from output ``idx``."""
+        if self._offloaded_ctx is not None:
+            return lib.llama_get_sampled_token_ith(ctx, idx)
+        if self._greedy_bias is not None:
+            ids, biases, n = self._greedy_bias
+            return lib.llama_ffi_argmax(ctx, idx, self._n_vocab, ids, biases, n)
         return lib.llama_sampler_sample(self.ptr, ctx, idx)
 
     def accept(self, token: int) -> None:
@@ -210,10 +252,14 @@ class SamplerChain:
         lib.llama_sampler_reset(self.ptr)
 
     def close(self) -> None:
+        if self._offloaded_ctx is not None:
+            lib.llama_set_sampler(self._offloaded_ctx, 0, ffi.NULL)
+            lib.llama_sampler_free(self._backend)
+            self._offloaded_ctx = self._backend = None
         ptr, self._ptr = self._ptr, ffi.NULL
         if ptr != ffi.NULL:
             lib.llama_sampler_free(ptr)
 
     def __del__(self) -> None:
-        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL:
+        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL or getattr(self, "_offloaded_ctx", None):
             self.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import threading
 from collections.abc import Iterable, Sequence
 
 from llama_ffi import ffi, lib
@@ -11,6 +12,7 @@ from llama_ffi import ffi, lib
 class Tokenizer:
     def __init__(self, vocab_owner) -> None:
         self._owner = vocab_owner  # a Model: its vocab lives as long as it is open
+        self._local = threading.local()  # a reused piece buffer per thread (hot path)
 
     @property
     def _vocab(self):
@@ -51,7 +53,9 @@ class Tokenizer:
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token (may be part of a UTF-8 character)."""
-        buf = ffi.new("char[]", 64)
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = ffi.new("char[]", 64)
         n = lib.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
         if n < 0:
             buf = ffi.new("char[]", -n)

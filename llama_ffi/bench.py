@@ -1,0 +1,161 @@
+"""Side-by-side benchmark: llama.cpp's native ``llama-bench``, llama-ffi, and llama-cpp-python
+(when installed), on the same model and thread count.
+
+    python -m llama_ffi.bench [-m MODEL] [-t 2] [-r 5] [--llama-bench PATH]
+
+Measured per implementation: load time, prompt t/s (256 tokens), generation t/s (128 tokens,
+greedy, EOS ignored), overhead per generated token (wall time minus the time llama.cpp reports
+inside ``llama_decode``), and peak RSS. Figures are medians over the repeats; the machine's load
+is printed next to them. ``llama-bench`` comes from ``python -m tools.native_build --reference``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+N_PROMPT, N_GEN = 256, 128
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024.0
+
+
+def find_llama_bench(explicit: str | None) -> Path | None:
+    candidates = [explicit, os.environ.get("LLAMA_BENCH"),
+                  "build/llama.cpp-reference/bin/llama-bench", shutil.which("llama-bench")]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    return None
+
+
+def bench_native(binary: Path, model: str, threads: int, repeats: int) -> dict:
+    cmd = [str(binary), "-m", model, "-t", str(threads), "-p", str(N_PROMPT), "-n", str(N_GEN),
+           "-r", str(repeats), "-o", "json"]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    rows = json.loads(out.stdout)
+    pp = next(r for r in rows if r["n_prompt"] == N_PROMPT and r["n_gen"] == 0)
+    tg = next(r for r in rows if r["n_gen"] == N_GEN and r["n_prompt"] == 0)
+    return {"name": "llama.cpp llama-bench", "load_s": float("nan"), "pp_tps": pp["avg_ts"],
+            "tg_tps": tg["avg_ts"], "overhead_ms": 0.0, "rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN),
+            "note": f"{wall:.1f} s for its runs"}
+
+
+def bench_llama_ffi(model: str, threads: int, repeats: int) -> dict:
+    from llama_ffi import lib
+    from llama_ffi.high import Llama
+
+    loads, pps, tgs, overheads = [], [], [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        llm = Llama(model, n_ctx=N_PROMPT + N_GEN + 16, n_threads=threads, n_threads_batch=threads,
+                    progress=False)
+        loads.append(time.perf_counter() - t0)
+        prompt = [(i * 7919) % llm.n_vocab for i in range(N_PROMPT)]
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        pps.append(N_PROMPT / (time.perf_counter() - t0))
+        llm.reset()
+        eog = [t for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)]
+        bos = [llm.token_bos()]
+        in_decode = lib.llama_ffi_decode_seconds()
+        t0 = time.perf_counter()
+        n = sum(1 for _ in llm.generate(bos, temperature=0.0, max_tokens=N_GEN,
+                                        logit_bias={t: -float("inf") for t in eog}))
+        wall = time.perf_counter() - t0
+        in_decode = lib.llama_ffi_decode_seconds() - in_decode  # summed inside llama_decode
+        tgs.append(n / wall)
+        overheads.append((wall - in_decode) * 1e3 / n)
+        llm.close()
+    return {"name": "llama-ffi", "load_s": _median(loads), "pp_tps": _median(pps),
+            "tg_tps": _median(tgs), "overhead_ms": _median(overheads), "rss_mb": _peak_rss_mb(), "note": ""}
+
+
+def bench_llama_cpp_python(model: str, threads: int, repeats: int) -> dict | None:
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    loads, pps, tgs = [], [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        llm = llama_cpp.Llama(model, n_ctx=N_PROMPT + N_GEN + 16, n_threads=threads,
+                              n_threads_batch=threads, verbose=False)
+        loads.append(time.perf_counter() - t0)
+        prompt = [(i * 7919) % llm.n_vocab() for i in range(N_PROMPT)]
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        pps.append(N_PROMPT / (time.perf_counter() - t0))
+        llm.reset()
+        bos = [llm.token_bos()]
+        t0 = time.perf_counter()
+        n = 0
+        for _tok in llm.generate(bos, temp=0.0, logits_processor=None):
+            n += 1
+            if n >= N_GEN:
+                break
+        tgs.append(n / (time.perf_counter() - t0))
+        llm.close()
+    return {"name": f"llama-cpp-python {llama_cpp.__version__}", "load_s": _median(loads),
+            "pp_tps": _median(pps), "tg_tps": _median(tgs), "overhead_ms": float("nan"),
+            "rss_mb": _peak_rss_mb(), "note": "in-process after llama-ffi: RSS is the max of both"}
+
+
+def table(rows: list[dict], native: dict | None) -> str:
+    out = ["| implementation | load s | prompt t/s (256) | gen t/s (128) | gen vs native | "
+           "overhead ms/token | peak RSS MB | note |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        ratio = r["tg_tps"] / native["tg_tps"] if native else float("nan")
+        out.append(f"| {r['name']} | {r['load_s']:.3f} | {r['pp_tps']:.1f} | {r['tg_tps']:.1f} | "
+                   f"{ratio:.3f} | {r['overhead_ms']:.3f} | {r['rss_mb']:.0f} | {r['note']} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-m", "--model", help="GGUF model (default: SmolLM2-135M-Instruct Q4_1)")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--repeats", type=int, default=5)
+    ap.add_argument("--llama-bench", help="path of llama.cpp's llama-bench")
+    args = ap.parse_args(argv)
+    if args.model is None:
+        from llama_ffi import registry
+
+        args.model = str(registry.fetch(registry.DEFAULT_MODEL))
+    print(f"model {args.model}, {args.threads} threads, {args.repeats} repeats, "
+          f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()}")
+    rows, native = [], None
+    binary = find_llama_bench(args.llama_bench)
+    if binary:
+        native = bench_native(binary, args.model, args.threads, args.repeats)
+        rows.append(native)
+    else:
+        print("llama-bench not found (build it: python -m tools.native_build --reference)", file=sys.stderr)
+    rows.append(bench_llama_ffi(args.model, args.threads, args.repeats))
+    other = bench_llama_cpp_python(args.model, args.threads, args.repeats)
+    if other:
+        rows.append(other)
+    else:
+        print("llama-cpp-python is not installed: its row is left out", file=sys.stderr)
+    print(table(rows, native))
+    print(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
