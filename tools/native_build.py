@@ -73,23 +73,27 @@ def _run(cmd: list[str], what: str) -> None:
         raise NativeBuildError(f"{what} failed (command above); see its output")
 
 
-def build(tree: Tree, build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = None) -> Path:
-    """Configure (when the arguments changed) and build; return the folder holding the libraries."""
+def _configure_and_build(tree: Tree, build_dir: Path, args: list[str], targets: tuple[str, ...],
+                         jobs: int | None, what: str) -> Path:
+    """Configure when the arguments changed, then build ``targets``; return ``build_dir/bin``."""
     tools = _require_tools()
     build_dir.mkdir(parents=True, exist_ok=True)
-    args = cmake_args(tree)
     stamp = build_dir / ".llama-ffi-configure"
     # pip's isolated builds bring their own cmake/ninja from a temporary folder: a changed tool
     # path re-runs the (quick) configure so the cache never points at a deleted program.
     wanted = "\n".join([str(tree.path), tools["cmake"], tools["ninja"], *args])
     if not (stamp.is_file() and stamp.read_text() == wanted and (build_dir / "build.ninja").is_file()):
         _run([tools["cmake"], "-S", str(tree.path), "-B", str(build_dir), "-G", "Ninja",
-              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], "CMake configure")
+              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], f"CMake configure ({what})")
         stamp.write_text(wanted)
-    cmd = [tools["cmake"], "--build", str(build_dir), "--target", *TARGETS]
-    cmd += ["-j", str(jobs or os.cpu_count() or 2)]
-    _run(cmd, "CMake build")
+    _run([tools["cmake"], "--build", str(build_dir), "--target", *targets,
+          "-j", str(jobs or os.cpu_count() or 2)], f"CMake build ({what})")
     return build_dir / "bin"
+
+
+def build(tree: Tree, build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = None) -> Path:
+    """The shared libraries the package ships; returns the folder holding them."""
+    return _configure_and_build(tree, build_dir, cmake_args(tree), TARGETS, jobs, "libraries")
 
 
 REFERENCE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-reference"
@@ -103,18 +107,8 @@ def build_reference_tools(tree: Tree, targets: tuple[str, ...] = REFERENCE_TOOLS
                           build_dir: Path = REFERENCE_BUILD_DIR) -> Path:
     """llama.cpp's own programs from the same tree, with the same compile options as the
     libraries, for reference checks and benchmarks only (never shipped)."""
-    tools = _require_tools()
-    build_dir.mkdir(parents=True, exist_ok=True)
     args = [_REFERENCE_OPTIONS.get(a, a) for a in cmake_args(tree)]
-    stamp = build_dir / ".llama-ffi-configure"
-    wanted = "\n".join([str(tree.path), tools["cmake"], tools["ninja"], *args])
-    if not (stamp.is_file() and stamp.read_text() == wanted and (build_dir / "build.ninja").is_file()):
-        _run([tools["cmake"], "-S", str(tree.path), "-B", str(build_dir), "-G", "Ninja",
-              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], "CMake configure (reference tools)")
-        stamp.write_text(wanted)
-    _run([tools["cmake"], "--build", str(build_dir), "--target", *targets,
-          "-j", str(os.cpu_count() or 2)], "CMake build (reference tools)")
-    return build_dir / "bin"
+    return _configure_and_build(tree, build_dir, args, targets, None, "reference tools")
 
 
 def shared_libraries(lib_dir: Path) -> list[Path]:
