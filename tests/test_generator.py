@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 import build_ffi
+from header_copies import copy_headers, insert_before_closing
 from llama_ffi import lib
 from tools.gen import GenerationError, generate
-from tools.gen.headers import BOUND_HEADERS
 from tools.gen.parse import FUNCTION
 from tools.native_build import DEFAULT_BUILD_DIR
 
@@ -37,51 +36,30 @@ def test_coverage_binds_every_exported_function(tree, capsys):
     assert len({d.name for d in bindings.functions()}) > 900
 
 
-def _copy_headers(tree, dest: Path) -> Path:
-    for h in BOUND_HEADERS:
-        (dest / h.subdir).mkdir(parents=True, exist_ok=True)
-        shutil.copy(h.path(tree.path), dest / h.subdir / h.name)
-    # headers that the bound ones include but that are not bound themselves
-    for extra in ["ggml/include"]:
-        for f in (tree.path / extra).glob("*.h"):
-            if not (dest / extra / f.name).exists():
-                shutil.copy(f, dest / extra / f.name)
-    return dest
-
-
-def _append(path: Path, text: str) -> int:
-    """Insert ``text`` before the header's closing extern "C" block; return its line number."""
-    lines = path.read_text().splitlines(keepends=True)
-    idx = max(i for i, l in enumerate(lines) if l.strip().startswith("#ifdef") and "__cplusplus" in l)
-    lines.insert(idx, text + "\n")
-    path.write_text("".join(lines))
-    return idx + 1
-
-
 def test_function_body_in_a_header_fails_with_file_and_line(tree, tmp_path):
-    root = _copy_headers(tree, tmp_path)
-    line = _append(root / "include/llama.h", "static inline int llama_ffi_probe(void) { return 1; }")
+    root = copy_headers(tree, tmp_path)
+    line = insert_before_closing(root / "include/llama.h", "static inline int llama_ffi_probe(void) { return 1; }")
     with pytest.raises(GenerationError, match=rf"include/llama.h:{line}: .*FuncDef"):
         generate(root, "test")
 
 
 def test_unparseable_declaration_fails_with_file_and_line(tree, tmp_path):
-    root = _copy_headers(tree, tmp_path)
-    line = _append(root / "ggml/include/gguf.h", "int gguf_broken(int x, ;")
+    root = copy_headers(tree, tmp_path)
+    line = insert_before_closing(root / "ggml/include/gguf.h", "int gguf_broken(int x, ;")
     with pytest.raises(GenerationError, match=rf"ggml/include/gguf.h:{line}"):
         generate(root, "test")
 
 
 def test_unknown_system_header_fails_naming_it(tree, tmp_path):
-    root = _copy_headers(tree, tmp_path)
-    _append(root / "include/llama.h", "#include <pthread.h>")
+    root = copy_headers(tree, tmp_path)
+    insert_before_closing(root / "include/llama.h", "#include <pthread.h>")
     with pytest.raises(GenerationError, match="pthread.h"):
         generate(root, "test")
 
 
 def test_new_declaration_appears_in_cdef(tree, tmp_path):
-    root = _copy_headers(tree, tmp_path)
-    _append(root / "include/llama.h", "LLAMA_API int32_t llama_ffi_new_function(const char * name);")
+    root = copy_headers(tree, tmp_path)
+    insert_before_closing(root / "include/llama.h", "LLAMA_API int32_t llama_ffi_new_function(const char * name);")
     files = generate(root, "test").files()
     llama = next(text for h, text in files.items() if h.name == "llama.h")
     assert "int32_t llama_ffi_new_function(const char *name);" in llama
