@@ -173,10 +173,33 @@ def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path):
 
 
 def compile_module(tree: Tree, lib_dir: Path, tmpdir: Path) -> Path:
-    """Compile the extension; return the path of the built module file."""
+    """Compile the extension, and write its ``.pyi`` stub beside it; return the module's path."""
+    from tools.gen import stub
+    from tools.gen.parse import TAG, TYPEDEF
+
     bindings = generate_for(tree)
     ffi = make_builder(bindings, tree, lib_dir)
-    return Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
+    module = Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
+    exported = set(exported_functions(libraries_in(lib_dir)))
+    bound = [d for d in bindings.declarations if d.kind != "function" or d.name in exported]
+    enumerators = sorted(_enumerator_names(d.node for d in bindings.declarations if d.kind in (TAG, TYPEDEF)))
+    ints = enumerators + [c.name for c in bindings.constants if c.kind == "int"]
+    module.with_name("_lib.pyi").write_text(stub.render(bound, ints, tree.commit))
+    return module
+
+
+def _enumerator_names(nodes):
+    from pycparser import c_ast
+
+    names: list[str] = []
+
+    class Visit(c_ast.NodeVisitor):
+        def visit_Enumerator(self, node):
+            names.append(node.name)
+
+    for n in nodes:
+        Visit().visit(n)
+    return set(names)
 
 
 def coverage_report(tree: Tree, lib_dir: Path) -> str:

@@ -29,9 +29,10 @@ class BuildLlamaFFI(build_ext):
         module = build_ffi.compile_module(tree, lib_dir, Path(self.build_temp).resolve() / "cffi")
         for package_dir in {Path(self.get_ext_fullpath(ext.name)).parent, ROOT / "llama_ffi"}:
             copy_libraries(lib_dir, package_dir / "lib")
-            target = package_dir / module.name
-            if target.resolve() != module.resolve():
-                shutil.copy2(module, target)
+            for built in (module, module.with_name("_lib.pyi")):
+                target = package_dir / built.name
+                if target.resolve() != built.resolve():
+                    shutil.copy2(built, target)
 
 
 setup(

@@ -77,3 +77,18 @@ def test_generated_cdef_is_what_the_module_was_compiled_from(tree):
 
     assert llama_ffi.build_info()["cdef_sha256"] == hashlib.sha256(cdef.encode()).hexdigest()
     assert all(d.kind != FUNCTION or d.name in cdef for d in bindings.declarations if d.name in exported)
+
+
+def test_stub_lists_every_bound_function_with_its_prototype():
+    import ast
+
+    import llama_ffi._lib as module
+
+    stub = Path(module.__file__).with_name("_lib.pyi")
+    tree = ast.parse(stub.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Lib")
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assert set(methods) >= {"llama_decode", "llama_tokenize", "ggml_init", "gguf_init_from_file"}
+    assert all(hasattr(lib, name) for name in methods)
+    assert ast.get_docstring(methods["llama_decode"]).startswith("int32_t llama_decode(")
+    assert [a.arg for a in methods["llama_tokenize"].args.args][:3] == ["self", "vocab", "text"]
