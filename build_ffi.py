@@ -49,9 +49,23 @@ int32_t llama_ffi_argmax(struct llama_context *, int32_t, int32_t, const int32_t
 static const char *const LLAMA_FFI_BUILD_COMMIT;
 static const int LLAMA_FFI_BUILD_NUMBER;
 static const char *const LLAMA_FFI_CDEF_SHA256;
+static const char *const LLAMA_FFI_LIBRARY_SHA256;
+int llama_ffi_libllama_path(char *, size_t);
 """
 
 GLUE_C = r"""
+/* dladdr: declared with _GNU_SOURCE, which Python.h (included first by cffi) defines */
+#include <dlfcn.h>
+#include <string.h>
+/* The file the loaded libllama comes from (dladdr on one of its functions): the import guard
+   checks that file. */
+int llama_ffi_libllama_path(char * out, size_t size) {
+    Dl_info info;
+    if (!dladdr((void *)&llama_backend_init, &info) || info.dli_fname == NULL) return -1;
+    strncpy(out, info.dli_fname, size - 1);
+    out[size - 1] = 0;
+    return 0;
+}
 #include <signal.h>
 static volatile sig_atomic_t llama_ffi_sigint_flag = 0;
 static struct sigaction llama_ffi_sigint_previous;
@@ -143,6 +157,11 @@ def cdef_for_module(bindings: Bindings, exported: set[str]) -> str:
     return bindings.cdef(exported) + GLUE_CDEF
 
 
+def library_fingerprint(lib_dir: Path) -> str:
+    """sha256 of the libllama this module is linked against (the guard compares it at import)."""
+    return hashlib.sha256((lib_dir / "libllama.so").read_bytes()).hexdigest()
+
+
 def libraries_in(lib_dir: Path) -> list[Path]:
     return sorted(p for p in lib_dir.glob("lib*.so") if p.is_file())
 
@@ -157,7 +176,8 @@ def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path):
     includes = "".join(f'#include "{h.name}"\n' for h in BOUND_HEADERS)
     build_info = (f'static const char *const LLAMA_FFI_BUILD_COMMIT = "{tree.commit}";\n'
                   f"static const int LLAMA_FFI_BUILD_NUMBER = {tree.build_number};\n"
-                  f'static const char *const LLAMA_FFI_CDEF_SHA256 = "{digest}";\n')
+                  f'static const char *const LLAMA_FFI_CDEF_SHA256 = "{digest}";\n'
+                  f'static const char *const LLAMA_FFI_LIBRARY_SHA256 = "{library_fingerprint(lib_dir)}";\n')
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     ffi.set_source(

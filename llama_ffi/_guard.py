@@ -1,11 +1,15 @@
 """Import-time guard: the loaded shared libraries must be the build this module was compiled for.
 
-The module records the llama.cpp commit it was compiled against; the loaded libggml reports the
-commit it was built from (``ggml_commit``). A libllama/libggml from another build found first on
-the library path (``LD_LIBRARY_PATH``) would give wrong struct layouts, so it is refused.
+The module records the sha256 of the libllama it was linked against and the llama.cpp commit it
+was built from. At import the file that actually provides ``llama_backend_init`` (found with dladdr)
+is hashed, and the commit libggml reports (``ggml_commit``, when it knows one) is compared: a
+libllama from another build found first on the library path (``LD_LIBRARY_PATH``) would give
+wrong struct layouts, so it is refused with an ImportError that names both builds.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from llama_ffi._lib import ffi, lib
 
@@ -22,6 +26,18 @@ def loaded_commit() -> str:
     return ffi.string(lib.ggml_commit()).decode()
 
 
+def loaded_library() -> str:
+    buf = ffi.new("char[]", 4096)
+    if lib.llama_ffi_libllama_path(buf, 4096) != 0:
+        return ""
+    return ffi.string(buf).decode()
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def same_commit(expected: str, loaded: str) -> bool:
     """ggml reports a short hash (or what the build passed, or "unknown" without git)."""
     loaded = loaded.removesuffix("-dirty")
@@ -30,13 +46,18 @@ def same_commit(expected: str, loaded: str) -> bool:
     return len(loaded) >= 7 and (expected.startswith(loaded) or loaded.startswith(expected))
 
 
-def check_libraries(expected: str | None = None) -> None:
+def check_libraries(expected: str | None = None, expected_sha256: str | None = None) -> None:
     expected = expected if expected is not None else expected_commit()
+    expected_sha256 = expected_sha256 or ffi.string(lib.LLAMA_FFI_LIBRARY_SHA256).decode()
+    path = loaded_library()
+    actual_sha256 = file_sha256(path) if path else ""
     loaded = loaded_commit()
-    if not same_commit(expected, loaded):
+    commit_known = "unknown" not in (expected, loaded.removesuffix("-dirty"))
+    if (path and actual_sha256 != expected_sha256) or (commit_known and not same_commit(expected, loaded)):
         raise LibraryMismatchError(
-            f"llama_ffi was built against llama.cpp {expected[:12]} (build "
-            f"{lib.LLAMA_FFI_BUILD_NUMBER}) but the loaded libggml reports commit {loaded}: another "
-            f"llama.cpp build is first on the library path (LD_LIBRARY_PATH?). Remove it from "
-            f"the path, or rebuild llama_ffi against it with `pip install .`."
+            f"llama_ffi was built against llama.cpp {expected[:12]} (build {lib.LLAMA_FFI_BUILD_NUMBER}, "
+            f"libllama sha256 {expected_sha256[:16]}…) but loaded {path or 'an unknown libllama'} "
+            f"(sha256 {actual_sha256[:16]}…, ggml commit {loaded}): another llama.cpp build is first on "
+            f"the library path (LD_LIBRARY_PATH?). Remove it from the path, or rebuild llama_ffi "
+            f"against it with `pip install .`."
         )

@@ -270,7 +270,25 @@ def test_guard_refuses_another_build():
 
     _guard.check_libraries()  # the real build passes
     with pytest.raises(ImportError, match="another llama.cpp build"):
-        _guard.check_libraries(expected="deadbeefcafe0000")
+        _guard.check_libraries(expected_sha256="0" * 64)  # a faked build record
+    if _guard.loaded_commit() != "unknown":
+        with pytest.raises(ImportError, match="another llama.cpp build"):
+            _guard.check_libraries(expected="deadbeefcafe0000")
     assert _guard.same_commit("0c1e57098bba43ac", "0c1e570")
     assert not _guard.same_commit("0c1e57098bba43ac", "1234567")
     assert not _guard.same_commit("0c1e57098bba43ac", "unknown")
+
+
+def test_guard_refuses_a_libllama_from_another_build_on_the_library_path(tree):
+    """llama.cpp's reference build (other options, other folder) first on LD_LIBRARY_PATH."""
+    import os
+
+    from tools.native_build import build_reference_tools
+
+    other = build_reference_tools(tree, ("llama",))
+    env = dict(os.environ, LD_LIBRARY_PATH=str(other))
+    run = subprocess.run([sys.executable, "-c", "import llama_ffi"], cwd=REPO, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "LibraryMismatchError" in run.stderr and str(other) in run.stderr
+    assert "5e03bdd87"[:7] in run.stderr or tree.commit[:7] in run.stderr

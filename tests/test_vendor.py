@@ -65,13 +65,19 @@ def test_own_tree_that_is_not_llama_cpp_is_refused(tmp_path, monkeypatch):
 def test_own_tree_records_its_commit(tree, monkeypatch):
     monkeypatch.setenv(vendor.TREE_ENV, str(tree.path))
     own = vendor.materialise()
-    assert own.commit == tree.commit and not own.pinned
+    expected = tree.commit if (tree.path / ".git").exists() else "unknown"  # no git: unknown
+    assert own.commit == expected and not own.pinned
+    monkeypatch.setenv("LLAMA_BUILD_COMMIT", "abc1234def")
+    assert vendor.materialise().commit == ("abc1234def" if expected == "unknown" else expected)
 
 
-def test_pinned_tree_is_the_pinned_commit(tree):
-    vendor.verify_git_tree(tree.path, tree.commit)
-    with pytest.raises(vendor.VendorError, match="the pin says"):
-        vendor.verify_git_tree(tree.path, "f" * 40)
+def test_pinned_tree_is_the_pinned_archive(tree):
+    pin = vendor.load_pin()
+    assert (tree.path / vendor.STAMP_NAME).read_text().strip() == pin.sha256
+    if pin.git_dir:  # the archive ships the tree's git: the tree is exactly the commit
+        vendor.verify_git_tree(tree.path, tree.commit)
+        with pytest.raises(vendor.VendorError, match="the pin says"):
+            vendor.verify_git_tree(tree.path, "f" * 40)
 
 
 def test_missing_cmake_says_what_to_install(tmp_path, monkeypatch):

@@ -67,9 +67,9 @@ def cmake_args(tree: Tree) -> list[str]:
     return args + shlex.split(os.environ.get("CMAKE_ARGS", ""))
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
     print("+", shlex.join(cmd), file=sys.stderr, flush=True)
-    if subprocess.run(cmd).returncode != 0:
+    if subprocess.run(cmd, env=env).returncode != 0:
         raise NativeBuildError(f"{what} failed (command above); see its output")
 
 
@@ -81,10 +81,19 @@ def _configure_and_build(tree: Tree, build_dir: Path, args: list[str], targets: 
     stamp = build_dir / ".llama-ffi-configure"
     # pip's isolated builds bring their own cmake/ninja from a temporary folder: a changed tool
     # path re-runs the (quick) configure so the cache never points at a deleted program.
-    wanted = "\n".join([str(tree.path), tools["cmake"], tools["ninja"], *args])
-    if not (stamp.is_file() and stamp.read_text() == wanted and (build_dir / "build.ninja").is_file()):
+    wanted = "\n".join([str(tree.path), tree.commit, tools["cmake"], tools["ninja"], "git-ceiling", *args])
+    previous = stamp.read_text() if stamp.is_file() else ""
+    if previous.split("\n")[:2] != wanted.split("\n")[:2] and build_dir.exists():
+        # Another tree (a bump): its files keep the archive's old mtimes, so ninja would keep
+        # objects of the previous tree. Start from an empty build folder.
+        shutil.rmtree(build_dir)
+        build_dir.mkdir(parents=True)
+    if not (previous == wanted and (build_dir / "build.ninja").is_file()):
+        # A tree without its own .git (an sdist) sits inside our checkout: stop git there, or
+        # ggml's CMake would record *our* commit as llama.cpp's (and the import guard refuse it).
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.path.parent))
         _run([tools["cmake"], "-S", str(tree.path), "-B", str(build_dir), "-G", "Ninja",
-              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], f"CMake configure ({what})")
+              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], f"CMake configure ({what})", env)
         stamp.write_text(wanted)
     _run([tools["cmake"], "--build", str(build_dir), "--target", *targets,
           "-j", str(jobs or os.cpu_count() or 2)], f"CMake build ({what})")

@@ -220,8 +220,10 @@ def _git_describe(tree: Path) -> tuple[str, int]:
     """Commit and build number of a user's own tree (build number = commit count, as llama.cpp)."""
     git = ["git", "-c", f"safe.directory={tree}", "-C", str(tree)]
     commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True)
-    if commit.returncode != 0:
-        return "unknown", int(os.environ.get("LLAMA_BUILD_NUMBER", "0"))
+    if commit.returncode != 0 or not (tree / ".git").exists():
+        # A tree without git: say which commit with LLAMA_BUILD_COMMIT / LLAMA_BUILD_NUMBER.
+        return (os.environ.get("LLAMA_BUILD_COMMIT", "unknown"),
+                int(os.environ.get("LLAMA_BUILD_NUMBER", "0")))
     count = subprocess.run(git + ["rev-list", "--count", "HEAD"], capture_output=True, text=True)
     number = os.environ.get("LLAMA_BUILD_NUMBER") or (count.stdout.strip() if count.returncode == 0 else "0")
     return commit.stdout.strip(), int(number)

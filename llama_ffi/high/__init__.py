@@ -2,10 +2,10 @@
 
 from llama_ffi.high.context import Context, ContextParams, DecodeError
 from llama_ffi.high.grammar import LlamaGrammar
-from llama_ffi.high.llama import Llama
+from llama_ffi.high.llama import Llama, LlamaEmbedding
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.tokenizer import Tokenizer
 
-__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaGrammar", "Model",
+__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding", "LlamaGrammar", "Model",
            "ModelParams", "SamplingParams", "Tokenizer"]

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from llama_ffi import ffi, lib
-from llama_ffi.high import completion
+from llama_ffi.high import completion, embedding
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
 from llama_ffi.high.grammar import LlamaGrammar
@@ -57,6 +57,7 @@ class Llama:
         pooling_type: int | None = None,
         n_seq_max: int | None = None,
         no_perf: bool | None = None,
+        kv_unified: bool | None = None,
         progress: bool | None = None,
         verbose: bool = False,
     ) -> None:
@@ -73,9 +74,10 @@ class Llama:
             yarn_ext_factor=yarn_ext_factor, yarn_attn_factor=yarn_attn_factor,
             yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx,
             type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
-            pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf)
+            pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf, kv_unified=kv_unified)
         cparams.to_c()  # validate everything before the (slow) model load
         self.model_path = str(model_path)
+        self._embeddings = embeddings
         self._model = Model(model_path, ModelParams(
             n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only,
             kv_overrides=kv_overrides, progress=progress))
@@ -342,6 +344,81 @@ class Llama:
 
     __call__ = create_completion
 
+    # ---- embeddings and reranking -------------------------------------------------------------------
+    def _embedding_context(self, need_rank: bool = False) -> tuple[Context, int]:
+        ctx = self.context
+        pooling = lib.llama_pooling_type(ctx.ptr)
+        if not self._embeddings:
+            raise ValueError("this Llama was created without embeddings=True: create it with "
+                             "Llama(..., embeddings=True) or use LlamaEmbedding")
+        if need_rank and pooling != lib.LLAMA_POOLING_TYPE_RANK:
+            raise ValueError("rank() needs a reranking model (pooling type rank); this context pools "
+                             f"with type {pooling}")
+        return ctx, pooling
+
+    def _embed_all(self, texts: list[str], truncate: bool, tokens_of=None) -> tuple[list[np.ndarray], int]:
+        ctx, pooling = self._embedding_context()
+        limit = min(ctx.n_batch, ctx.n_ctx)
+        tokens_of = tokens_of or (lambda t: self.tokenize(t, add_bos=True, special=False))
+        token_lists = [embedding.fit(tokens_of(t), limit, i, truncate) for i, t in enumerate(texts)]
+        for i, toks in enumerate(token_lists):
+            if not toks:
+                raise ValueError(f"input {i} has no tokens")
+        n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else self._model.n_embd
+        out: list[np.ndarray] = [np.empty(0)] * len(texts)
+        with self.lock:
+            self.tokens = []  # the batcher reuses the context's memory
+            for index, vec in embedding.embed_token_lists(ctx, token_lists, pooling, n_out):
+                out[index] = vec
+        return out, sum(len(t) for t in token_lists)
+
+    def embed(self, input: str | Sequence[str], normalize: int | bool = 2, truncate: bool = True,
+              return_count: bool = False):
+        """Embeddings as lists of floats: one vector per input, or per token with pooling none."""
+        texts = embedding.check_inputs(input)
+        if not texts:
+            return ([], 0) if return_count else []
+        vectors, count = self._embed_all(texts, truncate)
+        result = [embedding.normalize(v, normalize).tolist() for v in vectors]
+        if isinstance(input, str):
+            result = result[0]
+        return (result, count) if return_count else result
+
+    def create_embedding(self, input: str | Sequence[str], model: str | None = None,
+                         normalize: int | bool = 2, truncate: bool = True, output_format: str = "json"):
+        """OpenAI-shaped embeddings. ``output_format``: "json" (the dict), "json+" (adds the cosine
+        similarity matrix), "array" (list of vectors) or "numpy" (one 2-D array, pooled only)."""
+        if output_format not in ("json", "json+", "array", "numpy"):
+            raise ValueError(f"output_format must be json, json+, array or numpy, not {output_format!r}")
+        texts = embedding.check_inputs(input)
+        vectors, count = self._embed_all(texts, truncate) if texts else ([], 0)
+        vectors = [embedding.normalize(v, normalize) for v in vectors]
+        if output_format == "numpy":
+            return np.stack(vectors) if vectors else np.empty((0, self.n_embd), dtype=np.float32)
+        if output_format == "array":
+            return [v.tolist() for v in vectors]
+        out = {"object": "list", "model": model or self.model_path,
+               "data": [{"object": "embedding", "embedding": v.tolist(), "index": i}
+                        for i, v in enumerate(vectors)],
+               "usage": {"prompt_tokens": count, "total_tokens": count}}
+        if output_format == "json+":
+            out["cosine_similarity"] = (embedding.cosine_matrix(np.stack(vectors)).tolist()
+                                        if vectors and vectors[0].ndim == 1 else [])
+        return out
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[float]:
+        """One relevance score per document (a reranking model: pooling type rank)."""
+        self._embedding_context(need_rank=True)
+        if not isinstance(query, str):
+            raise TypeError("query must be a str")
+        docs = embedding.check_inputs(list(documents) if not isinstance(documents, str) else documents)
+        if not docs:
+            return []
+        scores, _ = self._embed_all(
+            docs, truncate=True,
+            tokens_of=lambda d: embedding.rerank_tokens(self.tokenizer, self._model.ptr, query, d))
+        return [float(s[0]) for s in scores]
+
     # ---- state -------------------------------------------------------------------------------------------
     def save_state(self, path: str | os.PathLike | None = None) -> bytes | None:
         """The context's state (KV cache) with the tokens it holds: returned as bytes, or
@@ -401,3 +478,16 @@ def _enable_verbose_logging() -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+
+
+class LlamaEmbedding(Llama):
+    """A ``Llama`` set up for embeddings and reranking: embeddings on, the model's own context
+    length, big batches of many sequences (unified KV) so inputs are packed per decode."""
+
+    def __init__(self, model_path: str | os.PathLike, *, n_ctx: int | None = 0,
+                 n_batch: int | None = 2048, n_ubatch: int | None = 2048, n_seq_max: int | None = 64,
+                 pooling_type: int | None = None, **kwargs) -> None:
+        kwargs.setdefault("progress", False)
+        super().__init__(model_path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
+                         n_seq_max=n_seq_max, pooling_type=pooling_type, embeddings=True,
+                         kv_unified=True, **kwargs)
