@@ -116,6 +116,76 @@ def bench_llama_cpp_python(model: str, threads: int, repeats: int) -> dict | Non
             "rss_mb": _peak_rss_mb(), "note": "in-process after llama-ffi: RSS is the max of both"}
 
 
+def _texts(n: int, words: int) -> list[str]:
+    vocab = ("river stone light quiet market garden signal paper winter engine silver forest "
+             "window harbor letter orange thunder music").split()
+    return [" ".join(vocab[(i * 7 + j * 3) % len(vocab)] for j in range(words)) + f" {i}." for i in range(n)]
+
+
+EMBEDDING_SETS = (("1000 short", 1000, 8), ("100 long", 100, 200))
+
+
+def bench_embeddings_ffi(model: str, threads: int, repeats: int) -> list[dict]:
+    from llama_ffi.high import LlamaEmbedding
+
+    rows = []
+    with LlamaEmbedding(model, n_threads=threads, n_threads_batch=threads) as emb:
+        for label, n, words in EMBEDDING_SETS:
+            texts = _texts(n, words)
+            n_tokens = sum(len(emb.tokenize(t)) for t in texts)
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                emb.embed(texts)
+                times.append(time.perf_counter() - t0)
+            t = _median(times)
+            rows.append({"name": "llama-ffi", "set": label, "texts_s": n / t, "tokens_s": n_tokens / t})
+    return rows
+
+
+def bench_embeddings_native(binary: Path, model: str, threads: int) -> list[dict]:
+    """llama-embedding over the same texts (one per line); its model load is timed apart with a
+    one-text run and subtracted, so the figure is comparable with the in-process ones."""
+    rows = []
+    def run(texts: list[str]) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([str(binary), "-m", model, "-t", str(threads), "-b", "2048", "-ub", "2048",
+                        "--embd-output-format", "array", "-p", "\n".join(texts)],
+                       capture_output=True, check=True)
+        return time.perf_counter() - t0
+    base = run(["x"])
+    for label, n, words in EMBEDDING_SETS:
+        t = max(run(_texts(n, words)) - base, 1e-9)
+        rows.append({"name": "llama.cpp llama-embedding", "set": label, "texts_s": n / t, "tokens_s": float("nan")})
+    return rows
+
+
+def bench_embeddings_llama_cpp_python(model: str, threads: int, repeats: int) -> list[dict]:
+    try:
+        import llama_cpp
+    except ImportError:
+        return []
+    rows = []
+    llm = llama_cpp.Llama(model, embedding=True, n_threads=threads, n_threads_batch=threads, verbose=False,
+                          n_ctx=512, n_batch=512)
+    for label, n, words in EMBEDDING_SETS:
+        texts = _texts(n, words)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            llm.embed(texts)
+            times.append(time.perf_counter() - t0)
+        rows.append({"name": f"llama-cpp-python {llama_cpp.__version__}", "set": label,
+                     "texts_s": n / _median(times), "tokens_s": float("nan")})
+    return rows
+
+
+def embedding_table(rows: list[dict]) -> str:
+    out = ["| implementation | inputs | texts/s | tokens/s |", "|---|---|---:|---:|"]
+    out += [f"| {r['name']} | {r['set']} | {r['texts_s']:.1f} | {r['tokens_s']:.0f} |" for r in rows]
+    return "\n".join(out)
+
+
 def table(rows: list[dict], native: dict | None) -> str:
     out = ["| implementation | load s | prompt t/s (256) | gen t/s (128) | gen vs native | "
            "overhead ms/token | peak RSS MB | note |", "|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -132,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("--llama-bench", help="path of llama.cpp's llama-bench")
+    ap.add_argument("-e", "--embedding-model", help="an embedding GGUF (e.g. MiniLM f16): adds the "
+                    "embedding throughput table")
+    ap.add_argument("--skip-generation", action="store_true")
     args = ap.parse_args(argv)
     if args.model is None:
         from llama_ffi import registry
@@ -139,6 +212,16 @@ def main(argv: list[str] | None = None) -> int:
         args.model = str(registry.fetch(registry.DEFAULT_MODEL))
     print(f"model {args.model}, {args.threads} threads, {args.repeats} repeats, "
           f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()}")
+    if args.embedding_model:
+        erows = bench_embeddings_ffi(args.embedding_model, args.threads, args.repeats)
+        erows += bench_embeddings_llama_cpp_python(args.embedding_model, args.threads, args.repeats)
+        bench_bin = find_llama_bench(args.llama_bench)
+        native_embedding = bench_bin.with_name("llama-embedding") if bench_bin else None
+        if native_embedding and native_embedding.is_file():
+            erows += bench_embeddings_native(native_embedding, args.embedding_model, args.threads)
+        print(embedding_table(erows))
+    if args.skip_generation:
+        return 0
     rows, native = [], None
     binary = find_llama_bench(args.llama_bench)
     if binary:

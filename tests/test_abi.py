@@ -279,16 +279,22 @@ def test_guard_refuses_another_build():
     assert not _guard.same_commit("0c1e57098bba43ac", "unknown")
 
 
-def test_guard_refuses_a_libllama_from_another_build_on_the_library_path(tree):
-    """llama.cpp's reference build (other options, other folder) first on LD_LIBRARY_PATH."""
+def test_guard_refuses_a_libllama_from_another_build_on_the_library_path(tmp_path):
+    """Another libllama first on LD_LIBRARY_PATH: a copy of ours with bytes appended (it loads
+    and runs like the original, but it is not the file this module was built against)."""
     import os
+    import shutil
 
-    from tools.native_build import build_reference_tools
+    import llama_ffi
 
-    other = build_reference_tools(tree, ("llama",))
-    env = dict(os.environ, LD_LIBRARY_PATH=str(other))
+    for lib_file in (Path(llama_ffi.__file__).parent / "lib").glob("*.so"):
+        shutil.copy(lib_file, tmp_path / lib_file.name)
+    with open(tmp_path / "libllama.so", "ab") as f:
+        f.write(b"\0 another build")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
     run = subprocess.run([sys.executable, "-c", "import llama_ffi"], cwd=REPO, env=env,
                          capture_output=True, text=True)
     assert run.returncode != 0
-    assert "LibraryMismatchError" in run.stderr and str(other) in run.stderr
-    assert "5e03bdd87"[:7] in run.stderr or tree.commit[:7] in run.stderr
+    assert "LibraryMismatchError" in run.stderr and str(tmp_path / "libllama.so") in run.stderr
+    ok = subprocess.run([sys.executable, "-c", "import llama_ffi"], cwd=REPO, capture_output=True)
+    assert ok.returncode == 0

@@ -37,7 +37,7 @@ def test_truncated_gguf_gives_llama_cpps_reason(smollm2_path, tmp_path):
 def test_bad_constructor_parameters_are_refused_before_loading(smollm2_path):
     for bad in (dict(n_ctx=-1), dict(n_batch=0), dict(n_threads="4"), dict(seed=-5),
                 dict(type_k="q9_9"), dict(flash_attn="yes"), dict(n_seq_max=10_000),
-                dict(n_batch=64, n_ubatch=128), dict(kv_overrides={"k": object()})):
+                dict(n_batch=64, n_ubatch=128), dict(n_batch=16, n_seq_max=32), dict(kv_overrides={"k": object()})):
         with pytest.raises((ValueError, TypeError)):
             Llama(smollm2_path, **bad)
 

@@ -92,6 +92,8 @@ class ContextParams:
             value = getattr(self, name)
             if value is not None:
                 setattr(cp, name, flag(name, value))
+        if cp.n_seq_max > cp.n_batch:  # llama.cpp asserts on this (one output per sequence)
+            raise ValueError(f"n_seq_max ({cp.n_seq_max}) must not exceed n_batch ({cp.n_batch})")
         if self.n_batch is not None and self.n_ubatch is not None and self.n_ubatch > self.n_batch:
             raise ValueError(f"n_ubatch ({self.n_ubatch}) must not exceed n_batch ({self.n_batch})")
         return cp
