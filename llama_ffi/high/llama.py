@@ -344,6 +344,15 @@ class Llama:
 
     __call__ = create_completion
 
+    def create_chat_completion(self, messages, **kwargs):
+        """OpenAI-shaped chat completion (or chunks with ``stream=True``). The prompt comes from
+        ``chat_handler``, else ``chat_format`` (llama.cpp's built-in formats), else the model's
+        own template (``chat_template_name`` picks a named one), else ChatML."""
+        from llama_ffi.high.chat.completion import create_chat_completion
+
+        self._check_open()
+        return create_chat_completion(self, messages, **kwargs)
+
     # ---- embeddings and reranking -------------------------------------------------------------------
     def _embedding_context(self, need_rank: bool = False) -> tuple[Context, int]:
         ctx = self.context
