@@ -190,3 +190,19 @@ def test_schema_mode_is_refused_until_implemented(llm):
                                    response_format={"type": "json_object", "schema": {"type": "object"}})
     with pytest.raises(ValueError, match="response_format"):
         llm.create_chat_completion([{"role": "user", "content": "x"}], response_format={"type": "xml"})
+
+
+def test_assistant_prefill_continues_the_given_text(llm):
+    msgs = [{"role": "user", "content": "List three fruits."},
+            {"role": "assistant", "content": "Here are three fruits: 1. Apple, 2."}]
+    out = llm.create_chat_completion(msgs, assistant_prefill=True, max_tokens=12, temperature=0.0)
+    text = out["choices"][0]["message"]["content"]
+    # the continuation of "... 2." — not a new turn: it goes on with the list
+    from llama_ffi.high.chat.completion import render_prompt
+
+    prompt = render_prompt(llm, msgs, assistant_prefill=True)
+    assert prompt.endswith("<|im_start|>assistant\nHere are three fruits: 1. Apple, 2.")
+    plain = llm(prompt, max_tokens=12, temperature=0.0)["choices"][0]["text"]
+    assert text == plain and text.strip()
+    with pytest.raises(ValueError, match="assistant_prefill"):
+        llm.create_chat_completion(msgs[:1], assistant_prefill=True, max_tokens=2)

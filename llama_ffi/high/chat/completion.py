@@ -43,7 +43,16 @@ def model_template(llm, name: str | None) -> ChatTemplate | None:
 
 def render_prompt(llm, messages: list[dict], *, chat_handler: Callable | None = None,
                   chat_format: str | None = None, chat_template_name: str | None = None,
-                  extra_template_arguments: dict | None = None) -> str:
+                  extra_template_arguments: dict | None = None, assistant_prefill: bool = False) -> str:
+    if assistant_prefill:
+        # The history up to the last (partial) assistant message, rendered as if asking for a
+        # reply, then that partial text appended: the model continues it, no end-of-turn between.
+        if messages[-1]["role"] != "assistant":
+            raise ValueError("assistant_prefill=True needs the last message to be the assistant's")
+        head = render_prompt(llm, messages[:-1], chat_handler=chat_handler, chat_format=chat_format,
+                             chat_template_name=chat_template_name,
+                             extra_template_arguments=extra_template_arguments)
+        return head + (messages[-1].get("content") or "")
     if chat_handler is not None:
         return chat_handler(messages=messages, **(extra_template_arguments or {}))
     if chat_format is not None:
@@ -75,11 +84,12 @@ def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None) 
 def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None,
                            chat_template_name=None, extra_template_arguments=None,
                            response_format=None, stream: bool = False, max_tokens: int | None = None,
-                           **completion_kwargs):
+                           assistant_prefill: bool = False, **completion_kwargs):
     messages = validate_messages(messages)
     prompt = render_prompt(llm, messages, chat_handler=chat_handler, chat_format=chat_format,
                            chat_template_name=chat_template_name,
-                           extra_template_arguments=extra_template_arguments)
+                           extra_template_arguments=extra_template_arguments,
+                           assistant_prefill=assistant_prefill)
     grammar = response_grammar(response_format)
     if grammar is not None:
         completion_kwargs["grammar"] = grammar
