@@ -63,6 +63,31 @@ def cmd_complete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Interactive chat: one user turn per input line, history kept, replies streamed.
+    An empty line or end of input ends the chat."""
+    interactive = sys.stdin.isatty()
+    with _open(args) as llm:
+        history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
+        while True:
+            if interactive:
+                sys.stdout.write("> ")
+                sys.stdout.flush()
+            line = sys.stdin.readline()
+            if not line or not line.strip():
+                return 0
+            history.append({"role": "user", "content": line.rstrip("\n")})
+            reply = []
+            for chunk in llm.create_chat_completion(history, stream=True, max_tokens=args.n_predict,
+                                                    **_sampling_kwargs(args)):
+                text = chunk["choices"][0]["delta"].get("content", "")
+                reply.append(text)
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            history.append({"role": "assistant", "content": "".join(reply)})
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llama-ffi", description="llama.cpp through generated cffi bindings")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -77,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--stop", action="append", help="stop string (repeatable)")
     _sampling_flags(complete)
     complete.set_defaults(func=cmd_complete)
+    chat = sub.add_parser("chat", parents=[common], help="interactive chat (history kept, streaming)")
+    chat.add_argument("-n", "--n-predict", type=int, default=256, help="max tokens per reply")
+    chat.add_argument("--system", help="a system message")
+    _sampling_flags(chat)
+    chat.set_defaults(func=cmd_chat)
     return ap
 
 
