@@ -23,7 +23,7 @@ LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
 StoppingCriterion = Callable[[np.ndarray, np.ndarray], bool]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Event:
     """One generated token: its id, the text it releases (may be ""), and its logprob data."""
 
@@ -131,6 +131,7 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     # Hot loop: names bound to locals once; per token only C calls and a few Python ops.
     sample, is_eog, interrupted = chain.sample, lib.llama_vocab_is_eog, lib.llama_ffi_sigint_pending
     push, feed, eval_token, ctx_ptr = stream.push, matcher.feed, engine.eval_token, ctx.ptr
+    has_stops = bool(settings.stop)
     try:
         if not (processors or criteria or want_logprobs):
             chain.offload(ctx_ptr)
@@ -159,7 +160,10 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
                 break
             produced += 1
             outcome.completion_tokens = produced
-            text, stopped = feed(push(piece(token)))
+            if has_stops:
+                text, stopped = feed(push(piece(token)))
+            else:
+                text, stopped = push(piece(token)), False
             event = Event(token, text)
             if want_logprobs:
                 event.logprob = float(lp[token])
