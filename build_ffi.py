@@ -166,11 +166,11 @@ def libraries_in(lib_dir: Path) -> list[Path]:
     return sorted(p for p in lib_dir.glob("lib*.so") if p.is_file())
 
 
-def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path):
+def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path, exported: set[str]):
+    """The cffi builder; ``exported`` are the symbols the built libraries define."""
     import cffi
 
     libs = libraries_in(lib_dir)
-    exported = set(exported_functions(libs))
     cdef = cdef_for_module(bindings, exported)
     digest = hashlib.sha256(cdef.encode()).hexdigest()
     includes = "".join(f'#include "{h.name}"\n' for h in BOUND_HEADERS)
@@ -198,9 +198,9 @@ def compile_module(tree: Tree, lib_dir: Path, tmpdir: Path) -> Path:
     from tools.gen.parse import TAG, TYPEDEF
 
     bindings = generate_for(tree)
-    ffi = make_builder(bindings, tree, lib_dir)
-    module = Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
     exported = set(exported_functions(libraries_in(lib_dir)))
+    ffi = make_builder(bindings, tree, lib_dir, exported)
+    module = Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
     bound = [d for d in bindings.declarations if d.kind != "function" or d.name in exported]
     enumerators = sorted(_enumerator_names(d.node for d in bindings.declarations if d.kind in (TAG, TYPEDEF)))
     ints = enumerators + [c.name for c in bindings.constants if c.kind == "int"]
