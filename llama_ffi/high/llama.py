@@ -211,15 +211,20 @@ class Llama:
             self.tokens.extend(part)
             self.n_evaluated += len(part)
 
+    def _check_fits(self, tokens: Sequence[int], cached: int = 0) -> None:
+        """Tokens inside the vocabulary that, after ``cached`` ones, fit in the context."""
+        self.tokenizer.check_tokens(tokens)
+        n_ctx = self.context.n_ctx
+        if cached + len(tokens) > n_ctx:
+            what = f"{cached} cached + {len(tokens)} new tokens" if cached else f"prompt has {len(tokens)} tokens"
+            raise ValueError(f"{what} but the context holds only {n_ctx} (n_ctx={n_ctx})")
+
     def eval_prompt(self, prompt: Sequence[int]) -> None:
         """Make the KV cache hold exactly ``prompt``, evaluating only what is not cached."""
         ctx = self.context
-        if len(prompt) > ctx.n_ctx:
-            raise ValueError(f"prompt has {len(prompt)} tokens but the context holds only {ctx.n_ctx} "
-                             f"(n_ctx={ctx.n_ctx})")
         if not prompt:
             raise ValueError("prompt is empty")
-        self.tokenizer.check_tokens(prompt)
+        self._check_fits(prompt)
         keep = 0
         for a, b in zip(self.tokens, prompt):
             if a != b:
@@ -250,10 +255,7 @@ class Llama:
         """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``)."""
         with self.lock:
             tokens = list(tokens)
-            self.tokenizer.check_tokens(tokens)
-            if len(self.tokens) + len(tokens) > self.context.n_ctx:
-                raise ValueError(f"{len(self.tokens)} cached + {len(tokens)} new tokens exceed the "
-                                 f"context of {self.context.n_ctx}")
+            self._check_fits(tokens, cached=len(self.tokens))
             self._decode(tokens, len(self.tokens))
 
     def logits(self) -> np.ndarray:
@@ -326,13 +328,10 @@ class Llama:
             echo_text = (prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else prompt) if echo else ""
         else:
             tokens = list(prompt)
-            self.tokenizer.check_tokens(tokens)
             echo_text = self.detokenize(tokens).decode("utf-8", "replace") if echo else ""
         if not tokens:
             tokens = [self.token_bos()]
-        if len(tokens) > self.n_ctx:
-            raise ValueError(f"prompt has {len(tokens)} tokens but the context holds only {self.n_ctx} "
-                             f"(n_ctx={self.n_ctx})")
+        self._check_fits(tokens)  # now, not at the first chunk of a stream
         settings = completion.GenerationSettings(
             max_tokens=max_tokens, stop=completion.normalize_stop(stop),
             sampling=self._sampling_params(**sampling), grammar=grammar, logprobs=logprobs,
