@@ -1,7 +1,7 @@
 """Side-by-side benchmark: llama.cpp's native ``llama-bench``, llama-ffi, and llama-cpp-python
 (when installed), on the same model and thread count.
 
-    python -m llama_ffi.bench [-m MODEL] [-t 2] [-r 5] [--llama-bench PATH]
+    python -m llama_ffi.bench [-m MODEL] [-t 2] [-r 5] [--llama-bench PATH] [-s [--draft-model D]]
 
 Measured per implementation: load time, prompt t/s (256 tokens), generation t/s (128 tokens,
 greedy, EOS ignored), overhead per generated token (wall time minus the time llama.cpp reports
@@ -185,6 +185,61 @@ def bench_embeddings_llama_cpp_python(model: str, threads: int, repeats: int) ->
     return rows
 
 
+SPEC_PROMPTS = {
+    "code (repetitive)": "Write the Python class Point with methods add, sub, mul and div; each method "
+                         "returns a new Point.\n\n```python\nclass Point:\n    def __init__(self, x, y):\n"
+                         "        self.x = x\n        self.y = y\n\n    def add(self, other):\n"
+                         "        return Point(self.x + other.x, self.y + other.y)\n",
+    "JSON (repetitive)": "A JSON array of 12 users with fields id, name, email, active:\n[\n"
+                         '  {"id": 1, "name": "user1", "email": "user1@example.com", "active": true},\n',
+    "table (repetitive)": "| n | n squared | n cubed |\n|---|---|---|\n| 1 | 1 | 1 |\n| 2 | 4 | 8 |\n",
+    "free text": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+}
+SPEC_GEN = 192
+
+
+def bench_speculative(model: str, threads: int, repeats: int, draft_model: str | None) -> list[dict]:
+    """Greedy generation of SPEC_GEN tokens per prompt: plain vs n-gram vs draft model."""
+    from llama_ffi.high import Llama
+    from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+
+    engines = {"plain": None, "ngram-map-k": SpecConfig(type=SpeculativeType.NGRAM_MAP_K),
+               "ngram-map-k4v": SpecConfig(type=SpeculativeType.NGRAM_MAP_K4V)}
+    if draft_model:
+        engines["draft"] = SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=draft_model)
+    rows = []
+    for engine, cfg in engines.items():
+        with Llama(model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, progress=False,
+                   speculative=cfg) as llm:
+            for label, prompt in SPEC_PROMPTS.items():
+                rates, stats, text = [], None, None
+                for _ in range(repeats):
+                    llm.reset()
+                    t0 = time.perf_counter()
+                    out = llm(prompt, max_tokens=SPEC_GEN, temperature=0)
+                    rates.append(out["usage"]["completion_tokens"] / (time.perf_counter() - t0))
+                    stats, text = llm.last_speculative_stats, out["choices"][0]["text"]
+                rows.append({"engine": engine, "prompt": label, "tps": _median(rates), "stats": stats,
+                             "text": text})
+    plain = {r["prompt"]: r for r in rows if r["engine"] == "plain"}
+    for r in rows:
+        r["speedup"] = r["tps"] / plain[r["prompt"]]["tps"]
+        r["identical"] = r["text"] == plain[r["prompt"]]["text"]
+    return rows
+
+
+def speculative_table(rows: list[dict]) -> str:
+    out = ["| prompt | engine | t/s | speedup | drafted | accepted | acceptance | mean accepted | "
+           "same text |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        s = r["stats"]
+        figures = (f"{s.drafted_tokens} | {s.accepted_tokens} | {s.acceptance_rate:.0%} | "
+                   f"{s.mean_accepted_length:.2f}") if s else "– | – | – | –"
+        out.append(f"| {r['prompt']} | {r['engine']} | {r['tps']:.1f} | {r['speedup']:.2f} | {figures} | "
+                   f"{'yes' if r['identical'] else 'NO'} |")
+    return "\n".join(out)
+
+
 def embedding_table(rows: list[dict]) -> str:
     out = ["| implementation | inputs | texts/s | tokens/s |", "|---|---|---:|---:|"]
     out += [f"| {r['name']} | {r['set']} | {r['texts_s']:.1f} | {r['tokens_s']:.0f} |" for r in rows]
@@ -210,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-e", "--embedding-model", help="an embedding GGUF (e.g. MiniLM f16): adds the "
                     "embedding throughput table")
     ap.add_argument("--skip-generation", action="store_true")
+    ap.add_argument("-s", "--speculative", action="store_true", help="add the speculative decoding "
+                    "table: plain vs n-gram (vs a draft model with --draft-model)")
+    ap.add_argument("--draft-model", help="a draft GGUF with the model's vocabulary (e.g. from "
+                    "python -m tools.draft_model MODEL OUT --layers 6)")
     args = ap.parse_args(argv)
     if args.model is None:
         from llama_ffi import registry
@@ -225,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         if native_embedding and native_embedding.is_file():
             erows += bench_embeddings_native(native_embedding, args.embedding_model, args.threads)
         print(embedding_table(erows))
+    if args.speculative:
+        print(speculative_table(bench_speculative(args.model, args.threads, args.repeats, args.draft_model)))
     if args.skip_generation:
         return 0
     rows, native = [], None

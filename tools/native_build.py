@@ -12,6 +12,7 @@ Usage::
 from __future__ import annotations
 
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -64,6 +65,12 @@ def cmake_args(tree: Tree) -> list[str]:
         "-DCMAKE_INSTALL_RPATH=$ORIGIN",
         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
     ]
+    if not portable and platform.machine().lower() in ("x86_64", "amd64"):
+        # -march=native would turn on ggml's AMX matmul on CPUs that have it, and at this pin that
+        # path crashes on Q4_0/Q4_1 batches (SIGSEGV in ggml_backend_amx_mul_mat; llama.cpp issue
+        # 20824, PR 16315). An explicit -mno-* beats -march=native whatever the order.
+        no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        args += [f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}"]
     return args + shlex.split(os.environ.get("CMAKE_ARGS", ""))
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from llama_ffi import lib
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
+from llama_ffi.high.speculative import SpeculativeStats, SpeculativeStepper, log_stats
 from llama_ffi.high.tokenizer import TextStream
 
 LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -112,7 +113,9 @@ class GenerationSettings:
 def generate_events(engine, prompt: list[int], settings: GenerationSettings,
                     outcome: Outcome) -> Iterator[Event]:
     """The loop: evaluate the prompt (reusing the cached prefix), then sample/decode until EOG,
-    a stop string, a stopping criterion, ``max_tokens`` or a full context."""
+    a stop string, a stopping criterion, ``max_tokens`` or a full context. With a drafter on the
+    engine, a ``SpeculativeStepper`` stands in for ``eval_token``; the loop is otherwise the same."""
+    started = time.perf_counter()
     ctx = engine.context
     tokenizer = engine.tokenizer
     n_ctx = ctx.n_ctx
@@ -125,18 +128,27 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     want_logprobs = settings.logprobs is not None
     processors, criteria = settings.logits_processor, settings.stopping_criteria
     piece = tokenizer.piece
+    stepper = stats = None
+    if engine.drafter is not None:
+        stats = SpeculativeStats(type=engine.speculative.kind.name)
+        stepper = SpeculativeStepper(engine, engine.drafter, engine.speculative.max_draft, budget, stats)
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
         lib.llama_ffi_sigint_install()
     # Hot loop: names bound to locals once; per token only C calls and a few Python ops.
     sample, is_eog, interrupted = chain.sample, lib.llama_vocab_is_eog, lib.llama_ffi_sigint_pending
-    push, feed, eval_token, ctx_ptr = stream.push, matcher.feed, engine.eval_token, ctx.ptr
+    push, feed, ctx_ptr = stream.push, matcher.feed, ctx.ptr
+    advance = stepper.advance if stepper else engine.eval_token  # -> output index of the next logits
+    history = stepper.visible if stepper else (lambda: engine.tokens)
     has_stops = bool(settings.stop)
+    produced = 0
     try:
         if not (processors or criteria or want_logprobs):
             chain.offload(ctx_ptr)
         engine.eval_prompt(prompt)
-        produced = 0
+        if stepper:
+            stepper.begin(list(prompt))
+        idx = -1
         while True:
             if produced >= budget:
                 outcome.finish_reason = "length"
@@ -146,15 +158,17 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
                 raise KeyboardInterrupt
             logits = lp = None
             if processors or criteria or want_logprobs:
-                logits = ctx.logits(-1)
+                logits = ctx.logits(idx)
                 if processors:
-                    ids = np.asarray(engine.tokens, dtype=np.intc)
+                    ids = np.asarray(history(), dtype=np.intc)
                     for proc in processors:
                         result = proc(ids, logits)
                         if result is not logits:
                             np.copyto(logits, result)
                 lp = log_softmax(logits) if want_logprobs else None
-            token = sample(ctx_ptr, -1)
+            token = sample(ctx_ptr, idx)
+            if stats is not None and not produced:
+                stats.ttft_s = time.perf_counter() - started
             if is_eog(vocab, token):
                 outcome.finish_reason = "stop"
                 break
@@ -173,14 +187,14 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
                 outcome.finish_reason = "stop"
                 yield event
                 return
-            if criteria and any(c(np.asarray(engine.tokens + [token], dtype=np.intc), logits)
+            if criteria and any(c(np.asarray(history() + [token], dtype=np.intc), logits)
                                 for c in criteria):
                 outcome.finish_reason = "stop"
                 yield event
                 break
             yield event
             if produced < budget:
-                eval_token(token)
+                idx = advance(token)
         tail, stopped = matcher.feed(stream.finish())
         if stopped:
             outcome.finish_reason = "stop"
@@ -192,6 +206,13 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
         if main_thread:
             lib.llama_ffi_sigint_restore()
         chain.close()
+        if stepper:
+            stepper.finish()
+            stats.generated_tokens = produced
+            stats.generation_s = time.perf_counter() - started - stats.ttft_s
+            engine.last_speculative_stats = stats
+            if engine.verbose:
+                log_stats(stats)
 
 
 def _logprobs_block(events: list[Event], offset: int, tokenizer) -> dict:

@@ -55,12 +55,13 @@ class ContextParams:
     offload_kqv: bool | None = None
     kv_unified: bool | None = None
     no_perf: bool | None = None       # False: llama.cpp keeps timings (llama_perf_context)
+    n_outputs_max_per_seq: int | None = None  # backend sampling: outputs per sequence and decode
 
     def to_c(self):
         """Validated ``struct llama_context_params``."""
         cp = lib.llama_context_default_params()
         ints = {"n_ctx": 0, "n_batch": 1, "n_ubatch": 1, "n_threads": 1, "n_threads_batch": 1,
-                "n_seq_max": 1, "yarn_orig_ctx": 0}
+                "n_seq_max": 1, "yarn_orig_ctx": 0, "n_outputs_max_per_seq": 0}
         for name, minimum in ints.items():
             value = getattr(self, name)
             if value is not None:
@@ -175,6 +176,17 @@ class Context:
         buf = ffi.new("uint8_t[]", size)
         n = lib.llama_state_get_data(self.ptr, buf, size)
         return ffi.buffer(buf, n)[:]
+
+    def seq_state_bytes(self, seq: int) -> bytes:
+        size = lib.llama_state_seq_get_size(self.ptr, seq)
+        buf = ffi.new("uint8_t[]", size)
+        n = lib.llama_state_seq_get_data(self.ptr, buf, size, seq)
+        return ffi.buffer(buf, n)[:]
+
+    def set_seq_state_bytes(self, seq: int, data: bytes) -> None:
+        lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        if lib.llama_state_seq_set_data(self.ptr, ffi.from_buffer(data), len(data), seq) != len(data):
+            raise ValueError("sequence state does not fit this context")
 
     def set_state_bytes(self, data: bytes) -> None:
         n = lib.llama_state_set_data(self.ptr, ffi.from_buffer(data), len(data))

@@ -7,6 +7,7 @@ prefix with them evaluates only the new suffix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import threading
@@ -21,6 +22,7 @@ from llama_ffi.high.context import Context, ContextParams, raise_for_decode_stat
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
+from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, create_drafter
 from llama_ffi.high.tokenizer import Tokenizer
 
 _STATE_MAGIC = b"LFFISTA1"
@@ -59,9 +61,13 @@ class Llama:
         no_perf: bool | None = None,
         kv_unified: bool | None = None,
         progress: bool | None = None,
+        speculative: SpecConfig | None = None,
         verbose: bool = False,
     ) -> None:
         self._closed = True
+        self.verbose = verbose
+        if speculative is not None and not isinstance(speculative, SpecConfig):
+            raise TypeError("speculative must be a SpecConfig")
         if verbose:
             _enable_verbose_logging()
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 0xFFFFFFFF:
@@ -75,7 +81,12 @@ class Llama:
             yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx,
             type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
             pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf, kv_unified=kv_unified)
-        cparams.to_c()  # validate everything before the (slow) model load
+        batch_size = cparams.to_c().n_batch  # validate everything before the (slow) model load
+        if speculative is not None:
+            speculative.validate(batch_size)
+            # a verification batch has an output per token: llama.cpp's backend (greedy)
+            # sampler only takes that many when told so (its default is 1 per sequence)
+            cparams = dataclasses.replace(cparams, n_outputs_max_per_seq=speculative.max_draft + 1)
         self.model_path = str(model_path)
         self._embeddings = embeddings
         self._model = Model(model_path, ModelParams(
@@ -84,10 +95,18 @@ class Llama:
         self.tokenizer = Tokenizer(self._model)
         self._context: Context | None = None
         self._batch: Batch | None = None
+        self.speculative = speculative
+        self.drafter = None
+        self.last_speculative_stats: SpeculativeStats | None = None
         if not vocab_only:
             try:
                 self._context = Context(self._model, cparams)
-            except Exception:
+                if speculative is not None:
+                    self.drafter = create_drafter(speculative, self._model, self._context.n_ctx,
+                                                  self._context.n_batch)
+            except BaseException:
+                if self._context is not None:
+                    self._context.close()
                 self._model.close()
                 raise
             self._batch = Batch(self._context.n_batch)
@@ -104,6 +123,8 @@ class Llama:
         if self._closed:
             return
         self._closed = True
+        if self.drafter is not None:
+            self.drafter.close()
         if self._batch is not None:
             self._batch.close()
         if self._context is not None:
@@ -237,9 +258,10 @@ class Llama:
         del self.tokens[keep:]
         self._decode(list(prompt[keep:]), keep)
 
-    def eval_token(self, token: int) -> None:
+    def eval_token(self, token: int) -> int:
         """Append one token to the sequence (the generation fast path: called per token, so it
-        goes straight to llama_decode and leaves error handling to Context.decode)."""
+        goes straight to llama_decode and leaves error handling to Context.decode). Returns the
+        output index of the new logits (-1: the last), as the speculative stepper does."""
         self._one[0] = token
         rc = lib.llama_ffi_decode(self._context._ptr, self._one_batch)
         if rc != 0:
@@ -250,6 +272,29 @@ class Llama:
                 raise
         self.tokens.append(token)
         self.n_evaluated += 1
+        return -1
+
+    def eval_outputs(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` with logits for every one of them (a speculative verification)."""
+        self._decode(list(tokens), len(self.tokens), logits="all")
+
+    def truncate(self, n: int) -> None:
+        """Keep only the first ``n`` cached tokens."""
+        if n < len(self.tokens):
+            if not self.context.seq_rm(0, n, -1):
+                raise RuntimeError(f"llama.cpp could not cut the KV cache at {n}")
+            del self.tokens[n:]
+
+    @property
+    def memory_is_recurrent(self) -> bool:
+        """Recurrent or hybrid memory: a cache that cannot be cut at a position."""
+        ptr = self._model.ptr
+        return bool(lib.llama_model_is_recurrent(ptr) or lib.llama_model_is_hybrid(ptr))
+
+    def restore_seq_state(self, data: bytes, n_tokens: int) -> None:
+        """Restore sequence 0 from ``Context.seq_state_bytes``, taken when it held ``n_tokens``."""
+        self.context.set_seq_state_bytes(0, data)
+        del self.tokens[n_tokens:]
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``)."""

@@ -1,0 +1,129 @@
+"""Drafters that run a model: a separate small draft GGUF, or the target's own MTP layers.
+
+The draft model keeps its own context whose KV cache mirrors the verified history: each call
+keeps the common prefix, drops the rejected tail, evaluates what is new, then drafts greedily.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llama_ffi import ffi, lib
+from llama_ffi.high.batch import Batch
+from llama_ffi.high.context import Context, ContextParams
+from llama_ffi.high.model import Model, ModelParams
+
+
+def vocab_mismatch(target: Model, draft: Model) -> str | None:
+    """Why ``draft`` cannot draft for ``target`` (None when their vocabularies agree).
+    Token ids must mean the same text: the target verifies the draft's ids as its own."""
+    tv, dv = target.vocab_ptr, draft.vocab_ptr
+    if lib.llama_vocab_type(tv) != lib.llama_vocab_type(dv):
+        return f"vocabulary types differ (target {lib.llama_vocab_type(tv)}, draft {lib.llama_vocab_type(dv)})"
+    if target.n_vocab != draft.n_vocab:
+        return f"vocabulary sizes differ (target {target.n_vocab}, draft {draft.n_vocab})"
+    for name in ("bos", "eos", "eot"):
+        fn = getattr(lib, f"llama_vocab_{name}")
+        if fn(tv) != fn(dv):
+            return f"{name.upper()} tokens differ (target {fn(tv)}, draft {fn(dv)})"
+    for token in range(target.n_vocab):
+        a, b = lib.llama_vocab_get_text(tv, token), lib.llama_vocab_get_text(dv, token)
+        if ffi.string(a) != ffi.string(b):
+            return f"token {token} differs (target {ffi.string(a)!r}, draft {ffi.string(b)!r})"
+    return None
+
+
+class ModelDrafter:
+    """Greedy drafts from a context over ``model`` (owned when ``own_model``)."""
+
+    def __init__(self, model: Model, n_ctx: int, n_batch: int, p_min: float,
+                 own_model: bool, context_params: ContextParams | None = None) -> None:
+        self.model = model
+        self._own_model = own_model
+        self.p_min = p_min
+        try:
+            self.context = Context(model, context_params or ContextParams(n_ctx=n_ctx, n_batch=n_batch))
+        except Exception:
+            if own_model:
+                model.close()
+            raise
+        self.batch = Batch(self.context.n_batch)
+        self.tokens: list[int] = []  # what the draft KV cache holds
+        self._one = ffi.new("llama_token[1]")
+        self._one_batch = lib.llama_batch_get_one(self._one, 1)
+        self._n_vocab = model.n_vocab
+
+    def begin(self, prompt: list[int]) -> None:
+        pass  # the KV cache syncs itself on every draft
+
+    def _sync(self, history: list[int]) -> None:
+        """Make the draft cache hold ``history`` with the last token's logits ready."""
+        keep = 0
+        for a, b in zip(self.tokens, history):
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(history) - 1)
+        if keep < len(self.tokens) and not self.context.seq_rm(0, keep, -1):
+            self.context.clear()
+            keep = 0
+        del self.tokens[keep:]
+        new = history[keep:]
+        step = self.batch.capacity
+        for i in range(0, len(new), step):
+            part = new[i:i + step]
+            self.context.decode(self.batch.fill(part, keep + i).c)
+            self.tokens.extend(part)
+
+    def _top(self) -> tuple[int, float]:
+        """The draft model's most likely next token (and its probability when p_min needs it)."""
+        token = lib.llama_ffi_argmax(self.context.ptr, -1, self._n_vocab, ffi.NULL, ffi.NULL, 0)
+        if self.p_min <= 0.0:
+            return token, 1.0
+        logits = self.context.logits(-1)
+        top = float(logits[token])
+        return token, 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
+
+    def draft(self, history: list[int], n_max: int) -> list[int]:
+        room = self.context.n_ctx - len(history)
+        n_max = min(n_max, room)
+        if n_max <= 0:
+            return []
+        self._sync(history)
+        vocab = self.model.vocab_ptr
+        out: list[int] = []
+        while True:
+            token, p = self._top()
+            if p < self.p_min:
+                break
+            out.append(token)
+            if len(out) >= n_max or lib.llama_vocab_is_eog(vocab, token):
+                break
+            self._one[0] = token
+            self.context.decode(self._one_batch)
+            self.tokens.append(token)
+        return out
+
+    def accept(self, n_accepted: int) -> None:
+        pass  # the next draft call cuts the rejected tail from the cache
+
+    def close(self) -> None:
+        self.batch.close()
+        self.context.close()
+        if self._own_model:
+            self.model.close()
+
+
+def load_draft_model(target: Model, path, n_gpu_layers: int | None, n_ctx: int, n_batch: int,
+                     p_min: float) -> ModelDrafter:
+    """The DRAFT engine: loads ``path`` and checks its vocabulary against the target's."""
+    model = Model(path, ModelParams(n_gpu_layers=n_gpu_layers, progress=False))
+    why = vocab_mismatch(target, model)
+    if why is not None:
+        model.close()
+        raise ValueError(f"draft model {path} cannot draft for this model: {why}")
+    return ModelDrafter(model, n_ctx, n_batch, p_min, own_model=True)
+
+
+def mtp_layers(model: Model) -> int:
+    return lib.llama_model_n_layer_nextn(model.ptr)

@@ -1,0 +1,123 @@
+"""Model-free drafters: look the last n tokens up in the verified history, draft what followed.
+
+``NgramMapK`` drafts the m tokens after the most recent earlier occurrence of the key n-gram.
+``NgramMapK4V`` counts up to ``max_entries_per_key`` distinct m-gram values after the key and
+drafts the most frequent one only when it clearly dominates (at least twice the others together).
+Both shorten the draft for a key whose last draft was mostly rejected, so a misleading key costs
+little. The index grows incrementally: per new token one dict append.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+class NgramIndex:
+    """Start positions of every n-gram in a growing token history."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.history: list[int] = []
+        self.positions: dict[tuple[int, ...], list[int]] = {}
+
+    def reset(self) -> None:
+        self.history = []
+        self.positions = {}
+
+    def extend_to(self, history: list[int]) -> None:
+        """Index ``history``; it must extend what was indexed before (else start over)."""
+        done = len(self.history)
+        if history[:done] != self.history:
+            self.reset()
+            done = 0
+        n, positions = self.n, self.positions
+        self.history = list(history)
+        for start in range(max(done - n + 1, 0), len(history) - n + 1):
+            positions.setdefault(tuple(history[start:start + n]), []).append(start)
+
+    def earlier(self, key: tuple[int, ...]) -> list[int]:
+        """Start positions of ``key`` before its occurrence at the end of the history."""
+        found = self.positions.get(key, ())
+        end = len(self.history) - self.n
+        return [p for p in found if p < end]
+
+
+class _NgramDrafter:
+    def __init__(self, size_n: int, size_m: int, min_hits: int) -> None:
+        self.size_n, self.size_m, self.min_hits = size_n, size_m, min_hits
+        self.index = NgramIndex(size_n)
+        self.draft_len: dict[tuple[int, ...], int] = {}  # per key: how long to draft next time
+        self._last_key: tuple[int, ...] | None = None
+        self._last_len = 0
+
+    def begin(self, prompt: list[int]) -> None:
+        self.index.reset()
+        self.draft_len = {}
+        self._last_key = None
+
+    def draft(self, history: list[int], n_max: int) -> list[int]:
+        self._last_key = None
+        self.index.extend_to(history)
+        if len(history) <= self.size_n or n_max <= 0:
+            return []
+        key = tuple(history[-self.size_n:])
+        earlier = self.index.earlier(key)
+        if len(earlier) < self.min_hits:
+            return []
+        start = self.choose(earlier)
+        if start is None:
+            return []
+        length = min(n_max, self.size_m, self.draft_len.get(key, self.size_m))
+        tokens = history[start + self.size_n:start + self.size_n + length]
+        self._last_key, self._last_len = key, len(tokens)
+        return tokens
+
+    def choose(self, earlier: list[int]) -> int | None:
+        raise NotImplementedError
+
+    def accept(self, n_accepted: int) -> None:
+        """Feedback: ``n_accepted`` of the last draft were verified. A fully accepted key may
+        draft up to m next time; a rejected one drafts a little more than it got right."""
+        if self._last_key is None:
+            return
+        full = n_accepted >= self._last_len
+        self.draft_len[self._last_key] = self.size_m if full else 2 * n_accepted + 1
+        self._last_key = None
+
+    def close(self) -> None:
+        pass
+
+
+class NgramMapK(_NgramDrafter):
+    """Keys only: the continuation of the most recent earlier occurrence."""
+
+    def choose(self, earlier: list[int]) -> int | None:
+        return earlier[-1]
+
+
+class NgramMapK4V(_NgramDrafter):
+    """Keys with up to ``max_values`` counted values; drafts only a dominant value."""
+
+    def __init__(self, size_n: int, size_m: int, min_hits: int, max_values: int) -> None:
+        super().__init__(size_n, size_m, min_hits)
+        self.max_values = max_values
+
+    def choose(self, earlier: list[int]) -> int | None:
+        history, n, m = self.index.history, self.size_n, self.size_m
+        counts: Counter[tuple[int, ...]] = Counter()
+        latest: dict[tuple[int, ...], int] = {}
+        for start in reversed(earlier):  # most recent first: they claim the value slots
+            if start + n + m > len(history):
+                continue  # its value is not complete yet: it cannot be compared
+            value = tuple(history[start + n:start + n + m])
+            if value not in counts and len(counts) >= self.max_values:
+                continue
+            counts[value] += 1
+            latest.setdefault(value, start)
+        if not counts:
+            return None
+        (best, top), = counts.most_common(1)
+        others = sum(counts.values()) - top
+        if others and top < 2 * others:
+            return None  # no value dominates: a draft would likely be rejected
+        return latest[best]

@@ -1,0 +1,286 @@
+"""Speculative decoding: identical output to plain decoding (greedy and seeded sampling), the
+drafters' rules, stats, and errors at construction."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llama_ffi import lib
+from llama_ffi.high import Llama, LlamaGrammar
+from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+from llama_ffi.high.speculative.ngram import NgramMapK, NgramMapK4V
+
+N_CTX = 1024
+# SmolLM2 continues this with more methods of the same shape: long runs an n-gram drafter can copy
+REPETITIVE = ("class Vector:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+              "    def add(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
+              "    def sub(self, other):\n        return Vector(self.x - other.x, self.y - other.y)\n\n"
+              "    def mul(self, other):\n")
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "it", "ran", "to", "see", "dog",
+         "red", "blue", "one", "two", "three", "{", "}", "\"key\":", "1,", "def", "f(x):", "return", "\n"]
+
+
+@pytest.fixture(scope="module")
+def draft_path(smollm2_path, tmp_path_factory):
+    from tools.draft_model import cut_layers
+
+    return cut_layers(smollm2_path, tmp_path_factory.mktemp("draft") / "smollm2-6-layers.gguf", 6)
+
+
+def _llama(path, **kw):
+    return Llama(path, n_ctx=N_CTX, n_threads=2, **kw)
+
+
+@pytest.fixture(scope="module")
+def plain(smollm2_path):
+    with _llama(smollm2_path) as llm:
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def engines(smollm2_path, draft_path):
+    """One Llama per engine; short n-gram keys so that short test outputs draft too."""
+    configs = {
+        "ngram-k": SpecConfig(type=SpeculativeType.NGRAM_MAP_K, ngram_size_n=3, ngram_size_m=8),
+        "ngram-k4v": SpecConfig(type=SpeculativeType.NGRAM_MAP_K4V, ngram_size_n=2, ngram_size_m=4),
+        "draft": SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=draft_path, draft_n_max=4),
+    }
+    made = {name: _llama(smollm2_path, speculative=cfg) for name, cfg in configs.items()}
+    yield made
+    for llm in made.values():
+        llm.close()
+
+
+def _tokens(llm, prompt, **kw):
+    llm.reset()
+    out = list(llm.generate(llm.tokenize(prompt), **kw))
+    return out
+
+
+def _cache_consistent(llm) -> bool:
+    return llm.context.seq_pos_max(0) + 1 == len(llm.tokens)
+
+
+# ---- identity with plain decoding ------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["ngram-k", "ngram-k4v", "draft"])
+def test_greedy_repetitive_prompt_is_identical_and_speculates(plain, engines, name):
+    llm = engines[name]
+    want = plain(REPETITIVE, max_tokens=96, temperature=0)
+    got = llm(REPETITIVE, max_tokens=96, temperature=0)
+    assert got["choices"][0]["text"] == want["choices"][0]["text"]
+    assert got["usage"] == want["usage"]
+    stats = llm.last_speculative_stats
+    assert stats.drafted_tokens > 0 and stats.accepted_tokens > 0
+    assert stats.accepted_tokens <= stats.drafted_tokens
+    assert stats.generated_tokens == got["usage"]["completion_tokens"]
+    assert _cache_consistent(llm)
+
+
+_ALL_DRAFTED: dict[str, int] = {}
+_ALL_REJECTED: dict[str, int] = {}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=24),
+       repeat=st.integers(1, 3), n=st.integers(1, 48))
+def test_greedy_identical_for_generated_prompts(plain, engines, words, repeat, n):
+    prompt = " ".join(words * repeat)
+    want = _tokens(plain, prompt, max_tokens=n, temperature=0)
+    for name, llm in engines.items():
+        got = _tokens(llm, prompt, max_tokens=n, temperature=0)
+        assert got == want, name
+        stats = llm.last_speculative_stats
+        _ALL_DRAFTED[name] = _ALL_DRAFTED.get(name, 0) + stats.drafted_tokens
+        _ALL_REJECTED[name] = _ALL_REJECTED.get(name, 0) + stats.rollbacks
+        assert _cache_consistent(llm)
+
+
+def test_generated_prompts_exercised_drafts_and_rollbacks():
+    # the property above must not pass by never drafting (it runs first: same module, file order)
+    assert _ALL_DRAFTED and all(v > 0 for v in _ALL_DRAFTED.values()), _ALL_DRAFTED
+    assert sum(_ALL_REJECTED.values()) > 0, _ALL_REJECTED
+
+
+@pytest.mark.parametrize("name", ["ngram-k", "draft"])
+@pytest.mark.parametrize("seed", [1, 7])
+def test_seeded_sampling_equals_plain_sampling(plain, engines, name, seed):
+    kw = dict(max_tokens=64, temperature=0.9, top_k=40, top_p=0.95, seed=seed)
+    want = _tokens(plain, REPETITIVE, **kw)
+    got = _tokens(engines[name], REPETITIVE, **kw)
+    assert got == want
+    assert engines[name].last_speculative_stats.drafted_tokens > 0
+
+
+# ---- the rest of the completion features on top of speculation -------------------------------------
+def test_streaming_equals_non_streaming(engines, plain):
+    llm = engines["ngram-k"]
+    whole = llm(REPETITIVE, max_tokens=80, temperature=0)["choices"][0]["text"]
+    chunks = list(llm(REPETITIVE, max_tokens=80, temperature=0, stream=True))
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("name", ["ngram-k", "draft"])
+def test_stop_string_and_max_tokens(plain, engines, name):
+    llm = engines[name]
+    full = plain(REPETITIVE, max_tokens=80, temperature=0)["choices"][0]["text"]
+    stop = full[len(full) // 2:len(full) // 2 + 5]
+    want = plain(REPETITIVE, max_tokens=80, temperature=0, stop=stop)
+    got = llm(REPETITIVE, max_tokens=80, temperature=0, stop=stop)
+    assert got["choices"][0]["text"] == want["choices"][0]["text"]
+    assert stop not in got["choices"][0]["text"]
+    assert got["choices"][0]["finish_reason"] == "stop"
+    assert _cache_consistent(llm)
+    for n in (1, 2, 5, 17):
+        out = llm(REPETITIVE, max_tokens=n, temperature=0)
+        assert out["usage"]["completion_tokens"] == n
+        assert out["choices"][0]["finish_reason"] == "length"
+
+
+def test_grammar_constrained_output_is_identical(plain, engines):
+    grammar = LlamaGrammar.from_string('root ::= "[" item ("," item)* "]"\nitem ::= [0-9]+')
+    prompt = "A JSON list of the numbers one to twenty: "
+    want = plain(prompt, max_tokens=48, temperature=0, grammar=grammar)
+    for name in ("ngram-k", "draft"):
+        got = engines[name](prompt, max_tokens=48, temperature=0, grammar=grammar)
+        assert got["choices"][0]["text"] == want["choices"][0]["text"], name
+    text = want["choices"][0]["text"]
+    if want["choices"][0]["finish_reason"] == "stop":
+        json.loads(text)
+
+
+def test_logprobs_and_processors_with_speculation(plain, engines):
+    def ban_digit_one(ids, logits):
+        logits[plain.tokenize("1", add_bos=False)[0]] = -1e9
+        return logits
+
+    kw = dict(max_tokens=40, temperature=0, logprobs=2, logits_processor=[ban_digit_one])
+    want = plain(REPETITIVE, **kw)
+    got = engines["ngram-k"](REPETITIVE, **kw)
+    assert got["choices"][0]["text"] == want["choices"][0]["text"]
+    a, b = got["choices"][0]["logprobs"], want["choices"][0]["logprobs"]
+    assert a["tokens"] == b["tokens"]
+    assert a["token_logprobs"] == pytest.approx(b["token_logprobs"], abs=2e-2)
+
+
+def test_chat_with_speculation(plain, engines):
+    messages = [{"role": "user", "content": "List the days of the week, one per line, twice."}]
+    want = plain.create_chat_completion(messages, max_tokens=64, temperature=0)
+    got = engines["ngram-k"].create_chat_completion(messages, max_tokens=64, temperature=0)
+    assert got["choices"][0]["message"] == want["choices"][0]["message"]
+
+
+def test_prefix_reuse_after_speculation(plain, engines):
+    llm = engines["draft"]
+    first = llm(REPETITIVE, max_tokens=30, temperature=0)["choices"][0]["text"]
+    follow = REPETITIVE + first + " and"
+    want = plain(follow, max_tokens=20, temperature=0)["choices"][0]["text"]
+    before = llm.n_evaluated
+    got = llm(follow, max_tokens=20, temperature=0)["choices"][0]["text"]
+    assert got == want
+    assert llm.n_evaluated - before < len(llm.tokenize(follow))  # the cached prefix was reused
+
+
+def test_stats_are_coherent(engines):
+    llm = engines["ngram-k"]
+    out = llm(REPETITIVE, max_tokens=96, temperature=0)
+    s = llm.last_speculative_stats
+    assert s.type == "NGRAM_MAP_K"
+    assert 0.0 < s.acceptance_rate <= 1.0
+    assert s.mean_accepted_length == pytest.approx(s.accepted_tokens / s.draft_calls)
+    assert s.rollbacks <= s.draft_calls == s.verify_batches
+    assert s.ttft_s > 0 and s.generation_s > 0 and s.tokens_per_second > 0
+    # each verification emits its accepted tokens plus one: fewer decodes than tokens
+    assert s.generated_tokens == out["usage"]["completion_tokens"]
+    assert s.as_dict()["acceptance_rate"] == s.acceptance_rate
+    assert "accepted" in s.summary()
+
+
+# ---- drafters --------------------------------------------------------------------------------------
+def test_ngram_map_k_drafts_what_followed_the_most_recent_key():
+    d = NgramMapK(size_n=2, size_m=3, min_hits=1)
+    d.begin([])
+    history = [5, 6, 7, 8, 9, 5, 6, 1, 2, 5, 6]
+    assert d.draft(history, 10) == [1, 2, 5]       # the later occurrence of (5, 6) wins
+    assert d.draft(history, 2) == [1, 2]           # capped by n_max
+    assert d.draft([1, 2, 3, 4], 10) == []         # (3, 4) never seen before
+    d.accept(0)
+    assert d.draft([1, 2, 3, 4, 3, 4], 10) == [3, 4]  # value runs into the present: all there is
+
+
+def test_ngram_map_k_min_hits_and_shrinking_after_rejection():
+    d = NgramMapK(size_n=1, size_m=4, min_hits=2)
+    d.begin([])
+    assert d.draft([7, 1, 2, 3, 4, 7], 4) == []              # one earlier hit < min_hits
+    history = [7, 1, 2, 3, 4, 7, 1, 2, 3, 4, 7]
+    assert d.draft(history, 4) == [1, 2, 3, 4]
+    d.accept(0)                                           # all rejected: next time 1 token
+    assert d.draft(history, 4) == [1]
+    d.accept(1)                                           # fully accepted: back to m
+    assert d.draft(history, 4) == [1, 2, 3, 4]
+
+
+def test_ngram_map_k4v_drafts_only_a_dominant_value():
+    d = NgramMapK4V(size_n=1, size_m=2, min_hits=1, max_values=4)
+    d.begin([])
+    # after key 9: (1, 2) twice, (3, 4) once -> 2 >= 2 * 1: dominant
+    assert d.draft([9, 1, 2, 9, 3, 4, 9, 1, 2, 0, 9], 2) == [1, 2]
+    # (1, 2) once, (3, 4) once: no value dominates
+    assert d.draft([9, 1, 2, 9, 3, 4, 0, 9], 2) == []
+    # max_values=1: only the most recent value is counted
+    one = NgramMapK4V(size_n=1, size_m=2, min_hits=1, max_values=1)
+    one.begin([])
+    assert one.draft([9, 1, 2, 9, 3, 4, 0, 9], 2) == [3, 4]
+
+
+# ---- errors at construction --------------------------------------------------------------------------
+def test_vocabulary_mismatch_is_refused(smollm2_path, tiny_model_path):
+    with pytest.raises(ValueError, match="cannot draft for this model: vocabulary"):
+        _llama(smollm2_path, speculative=SpecConfig(type="draft", draft_model_path=tiny_model_path))
+
+
+def test_draft_longer_than_batch_is_refused(smollm2_path, draft_path):
+    cfg = SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=draft_path, draft_n_max=64)
+    with pytest.raises(ValueError, match=r"draft_n_max \(64\) must be below n_batch \(64\)"):
+        Llama(smollm2_path, n_ctx=256, n_batch=64, speculative=cfg)
+    with pytest.raises(ValueError, match=r"ngram_size_m \(48\) must be below n_batch \(32\)"):
+        Llama(smollm2_path, n_ctx=256, n_batch=32, speculative=SpecConfig())
+
+
+def test_missing_draft_file(smollm2_path, tmp_path):
+    with pytest.raises(FileNotFoundError, match="draft model not found"):
+        _llama(smollm2_path, speculative=SpecConfig(type="draft", draft_model_path=tmp_path / "nope.gguf"))
+    with pytest.raises(ValueError, match="needs draft_model_path"):
+        _llama(smollm2_path, speculative=SpecConfig(type="draft"))
+
+
+@pytest.mark.parametrize("kind", [SpeculativeType.NGRAM_CACHE, SpeculativeType.DRAFT_EAGLE3,
+                                  SpeculativeType.NGRAM_MOD, SpeculativeType.NGRAM_SIMPLE])
+def test_unimplemented_type_names_itself(smollm2_path, kind):
+    with pytest.raises(NotImplementedError, match=kind.name):
+        _llama(smollm2_path, speculative=SpecConfig(type=kind))
+
+
+def test_mtp_needs_nextn_layers(smollm2_path):
+    with pytest.raises(ValueError, match="NextN/MTP layers"):
+        _llama(smollm2_path, speculative=SpecConfig(type=SpeculativeType.DRAFT_MTP))
+
+
+def test_bad_config_values(smollm2_path):
+    with pytest.raises(ValueError, match="unknown speculative type"):
+        _llama(smollm2_path, speculative=SpecConfig(type="lookahead"))
+    with pytest.raises(ValueError, match="ngram_size_n must be >= 1"):
+        _llama(smollm2_path, speculative=SpecConfig(ngram_size_n=0))
+    with pytest.raises(ValueError, match="draft_p_min must be <= 1.0"):
+        _llama(smollm2_path, speculative=SpecConfig(draft_p_min=1.5))
+    with pytest.raises(TypeError, match="SpecConfig"):
+        _llama(smollm2_path, speculative={"type": "ngram-map-k"})
+
+
+def test_no_amx_in_our_build():
+    # ggml's AMX matmul crashes on Q4_1 batches at this pin; the build turns it off (native_build)
+    assert lib.ggml_cpu_has_amx_int8() == 0
