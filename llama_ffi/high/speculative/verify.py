@@ -14,6 +14,7 @@ import logging
 from llama_ffi.high.speculative.stats import SpeculativeStats
 
 log = logging.getLogger("llama_ffi")
+INITIAL_WINDOW = 8
 
 
 class SpeculativeStepper:
@@ -23,6 +24,10 @@ class SpeculativeStepper:
     def __init__(self, engine, drafter, max_draft: int, budget: int, stats: SpeculativeStats) -> None:
         self.engine, self.drafter, self.stats = engine, drafter, stats
         self.max_draft = min(max_draft, engine.context.n_batch - 1)
+        # On a CPU each drafted token costs most of a decode: the draft length follows the
+        # acceptance (doubling after a fully accepted draft, down to what was accepted + 1 after
+        # a rejection), so a misleading drafter costs little.
+        self.window = min(self.max_draft, INITIAL_WINDOW)
         self.remaining = budget - 1  # tokens still to produce after the first
         self.draft: list[int] = []
         self.index = 0               # output whose token was sampled last
@@ -49,7 +54,7 @@ class SpeculativeStepper:
             self._close_batch()
         engine = self.engine
         history = engine.tokens + [token]
-        n_max = min(self.max_draft, self.remaining)
+        n_max = min(self.window, self.remaining)
         draft = self.drafter.draft(history, n_max) if n_max > 0 else []
         if not draft:
             return engine.eval_token(token)
@@ -70,6 +75,9 @@ class SpeculativeStepper:
         if keep < self.base + drafted + 1:
             self.stats.rollbacks += 1
             self._cut(keep)
+            self.window = accepted + 1
+        else:
+            self.window = min(self.max_draft, 2 * self.window)
         self.drafter.accept(accepted)
         self.draft, self.index = [], 0
 
