@@ -51,6 +51,7 @@ static const int LLAMA_FFI_BUILD_NUMBER;
 static const char *const LLAMA_FFI_CDEF_SHA256;
 static const char *const LLAMA_FFI_LIBRARY_SHA256;
 int llama_ffi_libllama_path(char *, size_t);
+int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, int32_t, llama_token *, int32_t *);
 """
 
 GLUE_C = r"""
@@ -123,6 +124,26 @@ int32_t llama_ffi_argmax(struct llama_context * ctx, int32_t idx, int32_t n_voca
         if (logits[i] > top) { top = logits[i]; best = i; }
     }
     return best;
+}
+
+/* Greedy generation with llama.cpp's backend sampler set on the context: decode `token`, take
+   the token the graph sampled, decode that, ... `n` times or until an end-of-generation token.
+   out[0..k) gets the k tokens produced (the last is not decoded); returns k. A failing decode
+   stores its status in *status and ends the run (k counts the tokens produced before it). One
+   call per run instead of a Python round trip per token. */
+int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_vocab * vocab,
+                             llama_token token, int32_t n, llama_token * out, int32_t * status) {
+    llama_token cur = token;
+    struct llama_batch batch = llama_batch_get_one(&cur, 1);
+    *status = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        int32_t rc = llama_ffi_decode(ctx, batch);
+        if (rc != 0) { *status = rc; return i; }
+        cur = llama_get_sampled_token_ith(ctx, -1);
+        out[i] = cur;
+        if (llama_vocab_is_eog(vocab, cur)) return i + 1;
+    }
+    return n;
 }
 """
 

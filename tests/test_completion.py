@@ -390,3 +390,28 @@ def test_streaming_multibyte_output(llm):
     chunks = [text_of(c) for c in llm(prompt, max_tokens=24, temperature=0.0, stream=True)]
     assert "".join(chunks) == plain
     assert all("\ufffd" not in c for c in chunks)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 9, 20])
+def test_greedy_runs_leave_the_cache_as_plain_decoding_does(llm, n):
+    # greedy decoding goes through C runs of several tokens; stopping inside a run (max_tokens,
+    # a stop string, a consumer that breaks) must leave the cache holding exactly prompt +
+    # generated tokens but the last, like a token-by-token loop
+    prompt = llm.tokenize("The history of the printing press")
+    llm.reset()
+    got = list(llm.generate(prompt, temperature=0, max_tokens=n))
+    assert len(got) == n
+    assert llm.tokens == prompt + got[:-1]
+    assert llm.context.seq_pos_max(0) + 1 == len(llm.tokens)
+    llm.reset()
+    stream = llm.generate(prompt, temperature=0, max_tokens=40)
+    first = [next(stream) for _ in range(n)]
+    stream.close()  # the consumer stops mid-run
+    assert first == got
+    assert llm.tokens == prompt + got[:-1]
+    assert llm.context.seq_pos_max(0) + 1 == len(llm.tokens)
+    # and a continuation from there equals an uninterrupted generation
+    llm.reset()
+    whole = list(llm.generate(prompt, temperature=0, max_tokens=n + 5))
+    rest = list(llm.generate(prompt + got, temperature=0, max_tokens=5))
+    assert got + rest == whole

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from llama_ffi import lib
+from llama_ffi.high.greedy_run import GreedyRun
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpeculativeStats, SpeculativeStepper, log_stats
 from llama_ffi.high.tokenizer import TextStream
@@ -142,9 +143,11 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     history = stepper.visible if stepper else (lambda: engine.tokens)
     has_stops = bool(settings.stop)
     produced = 0
+    run = None
     try:
-        if not (processors or criteria or want_logprobs):
-            chain.offload(ctx_ptr)
+        if not (processors or criteria or want_logprobs) and chain.offload(ctx_ptr) and not stepper:
+            run = GreedyRun(engine, budget)  # greedy: decode in runs, one C call each
+            sample, advance = run.sample, run.advance
         engine.eval_prompt(prompt)
         if stepper:
             stepper.begin(list(prompt))
@@ -205,6 +208,8 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     finally:
         if main_thread:
             lib.llama_ffi_sigint_restore()
+        if run:
+            run.finish()
         chain.close()
         if stepper:
             stepper.finish()

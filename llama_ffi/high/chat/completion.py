@@ -8,9 +8,12 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from llama_ffi import ffi, lib
+from llama_ffi.high.chat import tools as tool_calls
 from llama_ffi.high.chat.formats import format_with_builtin
 from llama_ffi.high.chat.messages import validate_messages
+from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
+from llama_ffi.high.chat.json_schema import schema_to_gbnf
 from llama_ffi.high.grammar import LlamaGrammar
 
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
@@ -70,10 +73,15 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
         raise ValueError(f"response_format must be {{'type': 'text'|'json_object'|'json_schema'}}, got {response_format!r}")
     if response_format["type"] == "text":
         return None
-    if response_format.get("schema") or response_format["type"] == "json_schema":
-        raise NotImplementedError("response_format with a JSON Schema is not implemented yet; "
-                                  "use {'type': 'json_object'} or a LlamaGrammar")
-    return LlamaGrammar.from_string(JSON_OBJECT_GBNF)
+    schema = response_format.get("schema")  # llama-cpp-python: {"type": "json_object", "schema": ...}
+    if response_format["type"] == "json_schema":  # OpenAI: {"type": "json_schema", "json_schema": {"schema": ...}}
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise ValueError("response_format of type json_schema needs {'json_schema': {'schema': {...}}}")
+        schema = spec["schema"]
+    if schema is None:
+        return LlamaGrammar.from_string(JSON_OBJECT_GBNF)
+    return LlamaGrammar.from_string(schema_to_gbnf(schema))
 
 
 def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None) -> dict:
@@ -84,26 +92,55 @@ def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None) 
 def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None,
                            chat_template_name=None, extra_template_arguments=None,
                            response_format=None, stream: bool = False, max_tokens: int | None = None,
-                           assistant_prefill: bool = False, **completion_kwargs):
+                           assistant_prefill: bool = False, tools=None, tool_choice=None,
+                           reasoning_budget: int | None = None, reasoning_start: str = "<think>",
+                           reasoning_end: str = "</think>", reasoning_budget_message: str = "",
+                           reasoning_start_in_prompt: bool | None = None,
+                           reasoning_start_max_tokens: int | None = None, **completion_kwargs):
     messages = validate_messages(messages)
+    tool_plan = tool_calls.plan(tools, tool_choice)
+    extra = dict(extra_template_arguments or {})
+    offering = tool_plan.mode != "none"
+    if offering or tool_calls.has_tool_turns(messages):
+        template = None if chat_handler or chat_format else model_template(llm, chat_template_name)
+        if template is not None and "tools" in template.source:
+            if offering:
+                extra["tools"] = tool_calls.declarations(tool_plan.functions)
+        else:  # the template knows no tools: describe them (and earlier tool turns) in text
+            messages = tool_calls.inline_messages(messages, tool_plan.functions if offering else {})
     prompt = render_prompt(llm, messages, chat_handler=chat_handler, chat_format=chat_format,
-                           chat_template_name=chat_template_name,
-                           extra_template_arguments=extra_template_arguments,
+                           chat_template_name=chat_template_name, extra_template_arguments=extra,
                            assistant_prefill=assistant_prefill)
+    started = (prompt.rstrip().endswith(reasoning_start) if reasoning_start_in_prompt is None
+               else bool(reasoning_start_in_prompt))
+    think = (reasoning_start, reasoning_end, started)
+    if reasoning_budget is not None:
+        budget = ReasoningBudget(lambda t: llm.tokenize(t, add_bos=False, special=True), reasoning_budget,
+                                 reasoning_start, reasoning_end, reasoning_budget_message, started,
+                                 reasoning_start_max_tokens)
+        processors = completion_kwargs.get("logits_processor") or []
+        completion_kwargs["logits_processor"] = [*([processors] if callable(processors) else processors), budget]
     grammar = response_grammar(response_format)
+    if tool_plan.mode in ("required", "named"):
+        grammar = LlamaGrammar.from_string(tool_calls.forced_grammar(tool_plan))
     if grammar is not None:
         completion_kwargs["grammar"] = grammar
     bos_text = llm.tokenizer.piece(llm.token_bos(), special=True) if llm.token_bos() >= 0 else b""
     add_bos = bool(lib.llama_vocab_get_add_bos(llm._model.vocab_ptr)) and not (
         bos_text and prompt.encode().startswith(bos_text))
     tokens = llm.tokenize(prompt, add_bos=add_bos, special=True)
-    result = llm.create_completion(tokens, max_tokens=max_tokens, stream=stream, **completion_kwargs)
+    parse_calls = tool_plan.mode != "none" or reasoning_budget is not None or started
+    result = llm.create_completion(tokens, max_tokens=max_tokens, stream=stream and not parse_calls,
+                                   **completion_kwargs)
     cid, created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
+    if parse_calls and stream:  # calls are known only at the end: generate, then stream the message
+        return _message_chunks(cid, created, llm.model_path, _message(result, tool_plan, think))
     if not stream:
         choice = result["choices"][0]
+        message, finish = _message(result, tool_plan, think)
         return {"id": cid, "object": "chat.completion", "created": created, "model": result["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
-                             "logprobs": choice["logprobs"], "finish_reason": choice["finish_reason"]}],
+                "choices": [{"index": 0, "message": message,
+                             "logprobs": choice["logprobs"], "finish_reason": finish}],
                 "usage": result["usage"]}
 
     def chunks() -> Iterator[dict]:
@@ -117,3 +154,32 @@ def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None
                 yield _chunk(cid, created, model, {}, choice["finish_reason"])
 
     return chunks()
+
+
+def _message(result: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dict, str]:
+    """The assistant message of a completion: ``reasoning_content`` split off when the model
+    thinks in tags, ``tool_calls`` when the rest holds calls."""
+    choice = result["choices"][0]
+    reasoning, text = split_reasoning(choice["text"], *think)
+    message = {"role": "assistant", "content": text}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    if tool_plan.mode == "none":
+        return message, choice["finish_reason"]
+    content, calls = tool_calls.parse_tool_calls(text, tool_plan.functions)
+    if not calls:
+        return message, choice["finish_reason"]
+    return {**message, "content": content, "tool_calls": calls}, "tool_calls"
+
+
+def _message_chunks(cid: str, created: int, model: str, message_and_finish) -> Iterator[dict]:
+    message, finish = message_and_finish
+    yield _chunk(cid, created, model, {"role": "assistant"}, None)
+    if message.get("reasoning_content"):
+        yield _chunk(cid, created, model, {"reasoning_content": message["reasoning_content"]}, None)
+    if message.get("content"):
+        yield _chunk(cid, created, model, {"content": message["content"]}, None)
+    if message.get("tool_calls"):
+        calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
+        yield _chunk(cid, created, model, {"tool_calls": calls}, None)
+    yield _chunk(cid, created, model, {}, finish)
