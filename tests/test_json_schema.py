@@ -98,8 +98,9 @@ def test_schema_mode_output_validates(llm, schema):
 def test_openai_json_schema_form_and_refs(llm):
     schema = {"$defs": {"person": {"type": "object", "properties": {
                   "name": {"type": "string", "maxLength": 12},
-                  "friend": {"anyOf": [{"$ref": "#/$defs/person"}, {"type": "null"}]}},
-                  "required": ["name", "friend"], "additionalProperties": False}},
+                  "born": {"$ref": "#/$defs/date"}},
+                  "required": ["name", "born"], "additionalProperties": False},
+                        "date": {"type": "string", "format": "date"}},
               "type": "object", "properties": {"owner": {"$ref": "#/$defs/person"},
                                                "pets": {"type": "array", "items": {"type": "string", "maxLength": 8},
                                                         "maxItems": 3}},
@@ -109,6 +110,16 @@ def test_openai_json_schema_form_and_refs(llm):
                                      max_tokens=300, temperature=0, response_format=fmt)
     value = json.loads(out["choices"][0]["message"]["content"])
     jsonschema.validate(value, schema)
+
+
+def test_recursive_refs_make_recursive_rules():
+    schema = {"$defs": {"node": {"type": "object", "properties": {
+        "value": {"type": "integer"},
+        "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/node"}]}}, "required": ["value", "next"]}},
+        "$ref": "#/$defs/node"}
+    grammar = schema_to_gbnf(schema)
+    LlamaGrammar.from_string(grammar)
+    assert grammar.count("ref--defs-node ::=") == 1
 
 
 @pytest.mark.parametrize("schema, words", [
