@@ -415,3 +415,13 @@ def test_greedy_runs_leave_the_cache_as_plain_decoding_does(llm, n):
     whole = list(llm.generate(prompt, temperature=0, max_tokens=n + 5))
     rest = list(llm.generate(prompt + got, temperature=0, max_tokens=5))
     assert got + rest == whole
+
+
+def test_progress_bar_while_loading(smollm2_path, capfd):
+    with Llama(smollm2_path, n_ctx=64, progress=True):  # weights load: the callback reports
+        pass
+    err = capfd.readouterr().err
+    assert "loading model [" in err and "100.0%" in err
+    with Llama(smollm2_path, n_ctx=64, progress=False):
+        pass
+    assert "loading model" not in capfd.readouterr().err
