@@ -101,6 +101,8 @@ def test_greedy_identical_for_generated_prompts(plain, engines, words, repeat, n
 
 def test_generated_prompts_exercised_drafts_and_rollbacks():
     # the property above must not pass by never drafting (it runs first: same module, file order)
+    if not _ALL_DRAFTED:
+        pytest.skip("reads what test_greedy_identical_for_generated_prompts recorded; run them together")
     assert _ALL_DRAFTED and all(v > 0 for v in _ALL_DRAFTED.values()), _ALL_DRAFTED
     assert sum(_ALL_REJECTED.values()) > 0, _ALL_REJECTED
 

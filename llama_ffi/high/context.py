@@ -164,6 +164,23 @@ class Context:
     def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
         return bool(lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
 
+    def keep_prefix(self, cached: list[int], wanted) -> int:
+        """Cut sequence 0, which holds ``cached``, back to its common prefix with ``wanted``, but
+        always short of wanted's last token (it is decoded again: its logits). Truncates
+        ``cached`` to match and returns its length. Memory that cannot be cut (recurrent) is
+        cleared."""
+        keep = 0
+        for a, b in zip(cached, wanted):
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(wanted) - 1)
+        if keep < len(cached) and not self.seq_rm(0, keep, -1):
+            self.clear()
+            keep = 0
+        del cached[keep:]
+        return keep
+
     def seq_pos_max(self, seq: int = 0) -> int:
         return lib.llama_memory_seq_pos_max(self.memory, seq)
 

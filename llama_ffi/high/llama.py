@@ -246,16 +246,7 @@ class Llama:
         if not prompt:
             raise ValueError("prompt is empty")
         self._check_fits(prompt)
-        keep = 0
-        for a, b in zip(self.tokens, prompt):
-            if a != b:
-                break
-            keep += 1
-        keep = min(keep, len(prompt) - 1)  # the last prompt token is always decoded: its logits
-        if keep < len(self.tokens) and not ctx.seq_rm(0, keep, -1):
-            ctx.clear()  # memory that cannot be cut (recurrent models): start over
-            keep = 0
-        del self.tokens[keep:]
+        keep = ctx.keep_prefix(self.tokens, prompt)
         self._decode(list(prompt[keep:]), keep)
 
     def eval_token(self, token: int) -> int:

@@ -58,16 +58,7 @@ class ModelDrafter:
 
     def _sync(self, history: list[int]) -> None:
         """Make the draft cache hold ``history`` with the last token's logits ready."""
-        keep = 0
-        for a, b in zip(self.tokens, history):
-            if a != b:
-                break
-            keep += 1
-        keep = min(keep, len(history) - 1)
-        if keep < len(self.tokens) and not self.context.seq_rm(0, keep, -1):
-            self.context.clear()
-            keep = 0
-        del self.tokens[keep:]
+        keep = self.context.keep_prefix(self.tokens, history)
         new = history[keep:]
         step = self.batch.capacity
         for i in range(0, len(new), step):
