@@ -7,7 +7,6 @@ prefix with them evaluates only the new suffix.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import struct
 import threading
@@ -84,9 +83,6 @@ class Llama:
         batch_size = cparams.to_c().n_batch  # validate everything before the (slow) model load
         if speculative is not None:
             speculative.validate(batch_size)
-            # a verification batch has an output per token: llama.cpp's backend (greedy)
-            # sampler only takes that many when told so (its default is 1 per sequence)
-            cparams = dataclasses.replace(cparams, n_outputs_max_per_seq=speculative.max_draft + 1)
         self.model_path = str(model_path)
         self._embeddings = embeddings
         self._model = Model(model_path, ModelParams(
