@@ -5,7 +5,7 @@ models (``draft.py``). Settings in ``config.py``, per-generation figures in ``st
 from __future__ import annotations
 
 from llama_ffi.high.speculative.config import SpecConfig, SpeculativeType
-from llama_ffi.high.speculative.draft import ModelDrafter, load_draft_model, mtp_layers
+from llama_ffi.high.speculative.draft import load_draft_model, mtp_layers
 from llama_ffi.high.speculative.ngram import NgramMapK, NgramMapK4V
 from llama_ffi.high.speculative.stats import SpeculativeStats
 from llama_ffi.high.speculative.verify import SpeculativeStepper, log_stats
