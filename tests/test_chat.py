@@ -74,6 +74,55 @@ def test_chatml_of_smollm2_is_exact(smollm2_path):
     assert out == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
+SYSTEM_USER = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
+USER_ONLY = [{"role": "user", "content": "Hi"}]
+
+
+# The prompt formats as the model makers document them, written out by hand: the model files'
+# own templates must render exactly these.
+@pytest.mark.parametrize("file, messages, extra, expected", [
+    ("meta-llama-Llama-3.1-8B-Instruct.jinja", SYSTEM_USER, {"date_string": "26 Jul 2024"},
+     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+     "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nS<|eot_id|>"
+     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+    ("google-gemma-2-2b-it.jinja", USER_ONLY, {},
+     "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"),
+    ("Qwen-Qwen2.5-7B-Instruct.jinja", SYSTEM_USER, {},
+     "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    ("Qwen-Qwen3-0.6B.jinja", USER_ONLY, {"enable_thinking": False},
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", USER_ONLY, {}, "<s>[INST]Hi[/INST]"),
+    ("mistralai-Mistral-Nemo-Instruct-2407.jinja",
+     USER_ONLY + [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}], {},
+     "<s>[INST]Hi[/INST]Hello</s>[INST]Bye[/INST]"),
+])
+def test_well_known_model_templates_render_their_documented_format(tree, file, messages, extra, expected):
+    bos = "<bos>" if file.startswith("google") else "<|begin_of_text|>" if file.startswith("meta") else "<s>"
+    t = ChatTemplate((tree.path / "models/templates" / file).read_text(), file, bos_token=bos,
+                     eos_token="</s>")
+    assert t.render(messages, **extra) == expected
+
+
+def test_model_file_templates_named_variants_and_extra_arguments(tree, tiny_config, tmp_path):
+    from tiny_llama import write_gguf
+
+    from llama_ffi.high.chat.completion import render_prompt
+
+    qwen3 = (tree.path / "models/templates/Qwen-Qwen3-0.6B.jinja").read_text()
+    gemma = (tree.path / "models/templates/google-gemma-2-2b-it.jinja").read_text()
+    path = write_gguf(tmp_path / "templated.gguf", tiny_config, {"default": qwen3, "tool_use": gemma})
+    with Llama(path, vocab_only=True, progress=False) as m:
+        thinking = render_prompt(m, USER_ONLY)
+        direct = render_prompt(m, USER_ONLY, extra_template_arguments={"enable_thinking": False})
+        named = render_prompt(m, USER_ONLY, chat_template_name="tool_use")
+        with pytest.raises(ValueError, match="no chat template named 'nope'"):
+            render_prompt(m, USER_ONLY, chat_template_name="nope")
+    assert thinking == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert direct == thinking + "<think>\n\n</think>\n\n"
+    assert named.endswith("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n")
+
+
 @pytest.mark.parametrize("name, expected", [
     ("chatml", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
     ("llama3", "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"

@@ -78,7 +78,8 @@ def weights(cfg: TinyConfig) -> dict[str, np.ndarray]:
     return w
 
 
-def write_gguf(path: Path, cfg: TinyConfig = TinyConfig()) -> Path:
+def write_gguf(path: Path, cfg: TinyConfig = TinyConfig(), chat_templates: dict[str, str] | None = None) -> Path:
+    """``chat_templates``: {"default": source, NAME: source} as tokenizer.chat_template[.NAME]."""
     import gguf  # the materialised tree's gguf-py, put on sys.path by conftest
 
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -103,6 +104,8 @@ def write_gguf(path: Path, cfg: TinyConfig = TinyConfig()) -> Path:
     writer.add_eos_token_id(EOS)
     writer.add_unk_token_id(UNK)
     writer.add_add_bos_token(True)
+    if chat_templates:
+        writer.add_chat_template([{"name": k, "template": v} for k, v in chat_templates.items()])
     for name, array in weights(cfg).items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
