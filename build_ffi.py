@@ -54,6 +54,38 @@ int llama_ffi_libllama_path(char *, size_t);
 int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, int32_t, llama_token *, int32_t *);
 """
 
+# llama.cpp's staging API (src/llama-ext.h) is C++ outside extern "C"; MTP drafting needs three
+# of its functions. C reaches them by their Itanium-mangled names (asm labels), and the build
+# checks the libraries export exactly these names, so a changed signature fails the build rather
+# than a call. name -> (return type, parameters, mangled symbol).
+STAGING_FUNCTIONS = {
+    "llama_ffi_set_embeddings_nextn": (
+        "void", "struct llama_context * ctx, bool value, bool masked",
+        "_Z26llama_set_embeddings_nextnP13llama_contextbb"),
+    "llama_ffi_get_embeddings_nextn": (
+        "float *", "struct llama_context * ctx", "_Z26llama_get_embeddings_nextnP13llama_context"),
+    "llama_ffi_get_embeddings_nextn_ith": (
+        "float *", "struct llama_context * ctx, int32_t i",
+        "_Z30llama_get_embeddings_nextn_ithP13llama_contexti"),
+}
+
+
+def staging_cdef() -> str:
+    return "".join(f"{ret} {name}({params});\n" for name, (ret, params, _) in STAGING_FUNCTIONS.items())
+
+
+def staging_c() -> str:
+    return "".join(f'{ret} {name}({params}) __asm__("{symbol}");\n'
+                   for name, (ret, params, symbol) in STAGING_FUNCTIONS.items())
+
+
+def check_staging_symbols(exported: set[str]) -> None:
+    missing = [f"{name} ({symbol})" for name, (_, _, symbol) in STAGING_FUNCTIONS.items()
+               if symbol not in exported]
+    if missing:
+        raise GenerationError("libllama no longer exports the staging functions "
+                              + ", ".join(missing) + ": update STAGING_FUNCTIONS in build_ffi.py")
+
 GLUE_C = r"""
 /* dladdr: declared with _GNU_SOURCE, which Python.h (included first by cffi) defines */
 #include <dlfcn.h>
@@ -175,7 +207,7 @@ def stale_headers(bindings: Bindings, out_dir: Path = HEADERS_DIR) -> list[str]:
 
 
 def cdef_for_module(bindings: Bindings, exported: set[str]) -> str:
-    return bindings.cdef(exported) + GLUE_CDEF
+    return bindings.cdef(exported) + GLUE_CDEF + staging_cdef()
 
 
 def library_fingerprint(lib_dir: Path) -> str:
@@ -203,7 +235,7 @@ def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path, exported: set[st
     ffi.cdef(cdef)
     ffi.set_source(
         MODULE_NAME,
-        includes + build_info + GLUE_C,
+        includes + build_info + GLUE_C + staging_c(),
         include_dirs=[str(d) for d in include_dirs(tree.path)],
         library_dirs=[str(lib_dir.resolve())],
         libraries=[p.name[3:-3] for p in libs],  # libggml-base.so -> ggml-base
@@ -220,6 +252,7 @@ def compile_module(tree: Tree, lib_dir: Path, tmpdir: Path) -> Path:
 
     bindings = generate_for(tree)
     exported = set(exported_functions(libraries_in(lib_dir)))
+    check_staging_symbols(exported)
     ffi = make_builder(bindings, tree, lib_dir, exported)
     module = Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
     bound = [d for d in bindings.declarations if d.kind != "function" or d.name in exported]

@@ -267,11 +267,6 @@ def test_unimplemented_type_names_itself(smollm2_path, kind):
         _llama(smollm2_path, speculative=SpecConfig(type=kind))
 
 
-def test_mtp_needs_nextn_layers(smollm2_path):
-    with pytest.raises(ValueError, match="NextN/MTP layers"):
-        _llama(smollm2_path, speculative=SpecConfig(type=SpeculativeType.DRAFT_MTP))
-
-
 def test_bad_config_values(smollm2_path):
     with pytest.raises(ValueError, match="unknown speculative type"):
         _llama(smollm2_path, speculative=SpecConfig(type="lookahead"))

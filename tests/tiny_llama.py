@@ -93,9 +93,17 @@ def write_gguf(path: Path, cfg: TinyConfig = TinyConfig(), chat_templates: dict[
     writer.add_layer_norm_rms_eps(cfg.rms_eps)
     writer.add_rope_freq_base(cfg.rope_base)
     writer.add_rope_dimension_count(cfg.head_dim)
-    writer.add_vocab_size(cfg.n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    tokens, scores, types = vocabulary(cfg)
+    add_vocabulary(writer, cfg.n_vocab)
+    if chat_templates:
+        writer.add_chat_template([{"name": k, "template": v} for k, v in chat_templates.items()])
+    return finish(writer, path, weights(cfg))
+
+
+def add_vocabulary(writer, n_vocab: int) -> None:
+    """The tiny SPM vocabulary and its special tokens."""
+    tokens, scores, types = vocabulary(TinyConfig(n_vocab=n_vocab))
+    writer.add_vocab_size(n_vocab)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -104,9 +112,10 @@ def write_gguf(path: Path, cfg: TinyConfig = TinyConfig(), chat_templates: dict[
     writer.add_eos_token_id(EOS)
     writer.add_unk_token_id(UNK)
     writer.add_add_bos_token(True)
-    if chat_templates:
-        writer.add_chat_template([{"name": k, "template": v} for k, v in chat_templates.items()])
-    for name, array in weights(cfg).items():
+
+
+def finish(writer, path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    for name, array in tensors.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -56,6 +56,7 @@ class ContextParams:
     kv_unified: bool | None = None
     no_perf: bool | None = None       # False: llama.cpp keeps timings (llama_perf_context)
     n_outputs_max_per_seq: int | None = None  # backend sampling: outputs per sequence and decode
+    mtp: bool = False                 # a context that runs the model's NextN/MTP block (DRAFT_MTP)
 
     def to_c(self):
         """Validated ``struct llama_context_params``."""
@@ -93,6 +94,8 @@ class ContextParams:
             value = getattr(self, name)
             if value is not None:
                 setattr(cp, name, flag(name, value))
+        if flag("mtp", self.mtp):
+            cp.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
         if cp.n_seq_max > cp.n_batch:  # llama.cpp asserts on this (one output per sequence)
             raise ValueError(f"n_seq_max ({cp.n_seq_max}) must not exceed n_batch ({cp.n_batch})")
         if self.n_batch is not None and self.n_ubatch is not None and self.n_ubatch > self.n_batch:

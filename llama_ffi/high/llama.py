@@ -21,7 +21,7 @@ from llama_ffi.high.context import Context, ContextParams, raise_for_decode_stat
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
-from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, create_drafter
+from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
 from llama_ffi.high.tokenizer import Tokenizer
 
 _STATE_MAGIC = b"LFFISTA1"
@@ -85,27 +85,34 @@ class Llama:
             speculative.validate(batch_size)
         self.model_path = str(model_path)
         self._embeddings = embeddings
+        # DRAFT_MTP without a separate file runs the target's own NextN blocks: load them too.
+        builtin_mtp = (speculative is not None and speculative.kind == SpeculativeType.DRAFT_MTP
+                       and speculative.draft_model_path is None)
         self._model = Model(model_path, ModelParams(
             n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only,
-            kv_overrides=kv_overrides, progress=progress))
+            kv_overrides=kv_overrides, progress=progress, load_mtp=builtin_mtp))
         self.tokenizer = Tokenizer(self._model)
         self._context: Context | None = None
         self._batch: Batch | None = None
         self.speculative = speculative
         self.drafter = None
+        # Called with (tokens, start) after every decode, for a drafter that follows the target's
+        # hidden states (MTP); None otherwise, so the per-token path pays one check.
+        self._on_decoded = None
         self.last_speculative_stats: SpeculativeStats | None = None
         if not vocab_only:
             try:
                 self._context = Context(self._model, cparams)
                 if speculative is not None:
-                    self.drafter = create_drafter(speculative, self._model, self._context.n_ctx,
-                                                  self._context.n_batch)
+                    self.drafter = create_drafter(speculative, self._model, self._context,
+                                                  self._context.n_ctx, self._context.n_batch)
             except BaseException:
                 if self._context is not None:
                     self._context.close()
                 self._model.close()
                 raise
             self._batch = Batch(self._context.n_batch)
+            self._on_decoded = getattr(self.drafter, "observe", None)
         self.lock = threading.Lock()
         self.tokens: list[int] = []          # what the KV cache of sequence 0 holds
         self.n_evaluated = 0                 # tokens decoded so far (prefix reuse shows here)
@@ -225,6 +232,8 @@ class Llama:
             except KeyboardInterrupt:
                 self._resync_after_abort()
                 raise
+            if self._on_decoded is not None:
+                self._on_decoded(part, start + i)
             self.tokens.extend(part)
             self.n_evaluated += len(part)
 
@@ -257,6 +266,8 @@ class Llama:
             except KeyboardInterrupt:
                 self._resync_after_abort()
                 raise
+        if self._on_decoded is not None:
+            self._on_decoded([token], len(self.tokens))
         self.tokens.append(token)
         self.n_evaluated += 1
         return -1

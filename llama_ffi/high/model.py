@@ -25,6 +25,7 @@ class ModelParams:
     vocab_only: bool = False
     kv_overrides: Mapping[str, bool | int | float | str] | None = None
     progress: bool | None = None  # None: a bar when stderr is a terminal
+    load_mtp: bool = False        # also load the NextN/MTP blocks (speculative DRAFT_MTP)
 
     def validate(self) -> None:
         if self.n_gpu_layers is not None:
@@ -108,6 +109,7 @@ class Model:
         if params.use_mlock is not None:
             mp.use_mlock = params.use_mlock
         mp.vocab_only = params.vocab_only
+        mp.load_mtp = flag("load_mtp", params.load_mtp)
         keep: list = []
         if params.kv_overrides:
             _apply_overrides(mp, params.kv_overrides, keep)

@@ -68,7 +68,7 @@ class SpecConfig:
             raise ValueError(f"unknown speculative type {self.type!r} (one of {names})") from None
         if kind not in IMPLEMENTED:
             raise NotImplementedError(f"speculative type {kind.name} has no engine in llama-ffi "
-                                      f"(implemented: NGRAM_MAP_K, NGRAM_MAP_K4V, DRAFT)")
+                                      f"(implemented: NGRAM_MAP_K, NGRAM_MAP_K4V, DRAFT, DRAFT_MTP)")
         integer("ngram_size_n", self.ngram_size_n, 1, 1024)
         integer("ngram_size_m", self.ngram_size_m, 1, 1024)
         integer("ngram_min_hits", self.ngram_min_hits, 1)

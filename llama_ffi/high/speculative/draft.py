@@ -1,4 +1,4 @@
-"""Drafters that run a model: a separate small draft GGUF, or the target's own MTP layers.
+"""The DRAFT drafter: a separate small draft GGUF with the target's vocabulary.
 
 The draft model keeps its own context whose KV cache mirrors the verified history: each call
 keeps the common prefix, drops the rejected tail, evaluates what is new, then drafts greedily.
@@ -114,7 +114,3 @@ def load_draft_model(target: Model, path, n_gpu_layers: int | None, n_ctx: int, 
         model.close()
         raise ValueError(f"draft model {path} cannot draft for this model: {why}")
     return ModelDrafter(model, n_ctx, n_batch, p_min, own_model=True)
-
-
-def mtp_layers(model: Model) -> int:
-    return lib.llama_model_n_layer_nextn(model.ptr)

@@ -1,0 +1,113 @@
+"""DRAFT_MTP against llama.cpp's real MTP graph, on a tiny synthetic GLM-4.5-style model with one
+NextN block (tests/tiny_mtp.py): identical output to plain decoding, drafts that are accepted
+when the block predicts well, an external MTP file, and errors at construction."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llama_ffi.high import Llama
+from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+from tiny_mtp import TinyMtpConfig, write_gguf
+
+N_CTX = 256
+
+
+def _mtp(path, draft_model_path=None, n_max=4, **kw):
+    cfg = SpecConfig(type=SpeculativeType.DRAFT_MTP, draft_n_max=n_max, draft_model_path=draft_model_path)
+    return Llama(path, n_ctx=N_CTX, n_threads=2, progress=False, speculative=cfg, **kw)
+
+
+@pytest.fixture(scope="module")
+def random_model(tmp_path_factory):
+    """Random weights: the MTP block's drafts are mostly wrong (rejections, rollbacks)."""
+    return write_gguf(tmp_path_factory.mktemp("mtp") / "tiny-mtp.gguf", TinyMtpConfig())
+
+
+@pytest.fixture(scope="module")
+def bigram_model(tmp_path_factory):
+    """The MTP block computes the model's own next-token function: every draft is right."""
+    return write_gguf(tmp_path_factory.mktemp("mtp") / "tiny-mtp-bigram.gguf", TinyMtpConfig(bigram=True))
+
+
+@pytest.fixture(scope="module")
+def pair(random_model):
+    with Llama(random_model, n_ctx=N_CTX, n_threads=2, progress=False) as plain, _mtp(random_model) as mtp:
+        yield plain, mtp
+
+
+def _generate(llm, prompt, **kw) -> list[int]:
+    llm.reset()
+    return list(llm.generate(prompt, **kw))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=st.lists(st.integers(3, 319), min_size=1, max_size=40), n=st.integers(1, 60))
+def test_greedy_identical_to_plain(pair, prompt, n):
+    plain, mtp = pair
+    want = _generate(plain, [1] + prompt, max_tokens=n, temperature=0)
+    assert _generate(mtp, [1] + prompt, max_tokens=n, temperature=0) == want
+    stats = mtp.last_speculative_stats
+    assert stats.type == "DRAFT_MTP" and stats.generated_tokens == len(want)
+    if len(want) > 1:
+        assert stats.draft_calls > 0 and stats.drafted_tokens > 0
+    assert mtp.context.seq_pos_max(0) + 1 == len(mtp.tokens)
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_seeded_sampling_identical_to_plain(pair, seed):
+    plain, mtp = pair
+    kw = dict(max_tokens=48, temperature=1.0, top_k=50, seed=seed)
+    prompt = [1, 300, 301, 302]
+    assert _generate(mtp, prompt, **kw) == _generate(plain, prompt, **kw)
+    assert mtp.last_speculative_stats.drafted_tokens > 0
+
+
+def test_prefix_reuse_and_streaming(pair):
+    plain, mtp = pair
+    prompt = [1, 310, 311, 312, 313]
+    first = mtp(prompt, max_tokens=20, temperature=0)["choices"][0]["text"]
+    # a longer prompt reuses the cached one: only the new suffix is evaluated, and the MTP
+    # cache is cut where the target's is
+    before = mtp.n_evaluated
+    longer = prompt + [314, 315]
+    mtp.eval_prompt(longer)
+    assert mtp.n_evaluated - before == 2
+    assert mtp.drafter.n_fed == len(longer)
+    got = "".join(c["choices"][0]["text"] for c in mtp(longer, max_tokens=20, temperature=0, stream=True))
+    plain.reset()
+    assert got == plain(longer, max_tokens=20, temperature=0)["choices"][0]["text"]
+    assert first == plain(prompt, max_tokens=20, temperature=0)["choices"][0]["text"]
+
+
+def test_a_good_mtp_block_has_its_drafts_accepted(bigram_model):
+    prompt = [1, 300, 301, 302, 303, 304, 305]
+    with Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False) as plain:
+        want = _generate(plain, prompt, max_tokens=60, temperature=0)
+    with _mtp(bigram_model) as mtp:
+        assert _generate(mtp, prompt, max_tokens=60, temperature=0) == want
+        stats = mtp.last_speculative_stats
+    assert stats.drafted_tokens >= 40 and stats.accepted_tokens == stats.drafted_tokens
+    assert stats.rollbacks == 0 and stats.verify_batches < len(want) // 3
+
+
+def test_external_mtp_file(bigram_model, tmp_path):
+    external = write_gguf(tmp_path / "mtp-only.gguf", TinyMtpConfig(bigram=True), mtp_only=True)
+    prompt = [1, 300, 301, 302, 303]
+    with _mtp(bigram_model) as builtin, _mtp(bigram_model, draft_model_path=external) as separate:
+        want = _generate(builtin, prompt, max_tokens=40, temperature=0)
+        assert _generate(separate, prompt, max_tokens=40, temperature=0) == want
+        assert separate.last_speculative_stats.accepted_tokens == builtin.last_speculative_stats.accepted_tokens > 0
+
+
+def test_errors_at_construction(random_model, smollm2_path, tiny_model_path):
+    with pytest.raises(ValueError, match="NextN/MTP layers"):
+        Llama(smollm2_path, n_ctx=N_CTX, progress=False, speculative=SpecConfig(type="draft-mtp"))
+    with pytest.raises(ValueError, match="has no NextN/MTP layers"):
+        _mtp(random_model, draft_model_path=tiny_model_path)
+    with pytest.raises(FileNotFoundError, match="draft model not found"):
+        _mtp(random_model, draft_model_path="/nonexistent/mtp.gguf")
+    with pytest.raises(ValueError, match=r"draft_n_max \(64\) must be below n_batch \(64\)"):
+        _mtp(random_model, n_max=64, n_batch=64)
