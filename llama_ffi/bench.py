@@ -197,13 +197,23 @@ SPEC_PROMPTS = {
     "table (repetitive)": "| parameter | type | default |\n|---|---|---|\n| n_ctx | int | 512 |\n"
                           "| n_batch | int | 512 |\n| n_ubatch | int | 512 |\n",
     "free text": "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    # n-gram speculation's home ground: output that repeats text from the context (an edit, a quote)
+    "copy (repetitive)": (
+        "Llamas are domesticated South American camelids, widely used as meat and pack animals by "
+        "Andean cultures since the pre-Columbian era. Llamas are social animals and live with others "
+        "as a herd. Their wool is soft and contains only a small amount of lanolin. Llamas can learn "
+        "simple tasks after a few repetitions. When using a pack, they can carry about 25 to 30 "
+        "percent of their body weight for 8 to 13 km.\n\nHere is the same paragraph again, copied "
+        "word for word:\n\nLlamas are domesticated"),
 }
 SPEC_GEN = 256
 
 
 def bench_speculative(model: str, threads: int, repeats: int, draft_model: str | None) -> list[dict]:
     """Greedy generation of SPEC_GEN tokens per prompt: plain vs n-gram vs draft model. The
-    engines take turns within each repeat, so a drift in machine speed hits them alike."""
+    engines take turns within each repeat, so a drift in machine speed hits them alike. Rates:
+    whole call (prompt included) and decoding alone (after the first token: the prompt's
+    evaluation is the same work for every engine)."""
     from llama_ffi.high import Llama
     from llama_ffi.high.speculative import SpecConfig, SpeculativeType
 
@@ -220,11 +230,18 @@ def bench_speculative(model: str, threads: int, repeats: int, draft_model: str |
                 for name, llm in engines.items():
                     llm.reset()
                     t0 = time.perf_counter()
-                    out = llm(prompt, max_tokens=SPEC_GEN, temperature=0)
-                    rate = out["usage"]["completion_tokens"] / (time.perf_counter() - t0)
-                    run = runs.setdefault((name, label), {"engine": name, "prompt": label, "rates": []})
-                    run["rates"].append(rate)
-                    run["stats"], run["text"] = llm.last_speculative_stats, out["choices"][0]["text"]
+                    first, pieces = None, []
+                    for chunk in llm(prompt, max_tokens=SPEC_GEN, temperature=0, stream=True):
+                        if first is None:
+                            first = time.perf_counter()
+                        pieces.append(chunk["choices"][0]["text"])
+                    wall = time.perf_counter() - t0
+                    n = chunk["usage"]["completion_tokens"]
+                    run = runs.setdefault((name, label), {"engine": name, "prompt": label, "rates": [],
+                                                          "decode_rates": []})
+                    run["rates"].append(n / wall)
+                    run["decode_rates"].append((n - 1) / (t0 + wall - first))
+                    run["stats"], run["text"] = llm.last_speculative_stats, "".join(pieces)
     finally:
         for llm in engines.values():
             llm.close()
@@ -233,18 +250,22 @@ def bench_speculative(model: str, threads: int, repeats: int, draft_model: str |
         plain = runs[("plain", r["prompt"])]
         r["tps"] = _median(r["rates"])
         r["speedup"] = r["tps"] / _median(plain["rates"])
+        r["decode_tps"] = _median(r["decode_rates"])
+        r["decode_speedup"] = r["decode_tps"] / _median(plain["decode_rates"])
         r["identical"] = r["text"] == plain["text"]
     return rows
 
 
 def speculative_table(rows: list[dict]) -> str:
-    out = ["| prompt | engine | t/s | speedup | drafted | accepted | acceptance | mean accepted | "
-           "same text |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    out = ["| prompt | engine | t/s | speedup | decode t/s | decode speedup | drafted | accepted | "
+           "acceptance | mean accepted | same text |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         s = r["stats"]
         figures = (f"{s.drafted_tokens} | {s.accepted_tokens} | {s.acceptance_rate:.0%} | "
                    f"{s.mean_accepted_length:.2f}") if s else "– | – | – | –"
-        out.append(f"| {r['prompt']} | {r['engine']} | {r['tps']:.1f} | {r['speedup']:.2f} | {figures} | "
+        out.append(f"| {r['prompt']} | {r['engine']} | {r['tps']:.1f} | {r['speedup']:.2f} | "
+                   f"{r['decode_tps']:.1f} | {r['decode_speedup']:.2f} | {figures} | "
                    f"{'yes' if r['identical'] else 'NO'} |")
     return "\n".join(out)
 

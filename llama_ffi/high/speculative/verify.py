@@ -14,7 +14,14 @@ import logging
 from llama_ffi.high.speculative.stats import SpeculativeStats
 
 log = logging.getLogger("llama_ffi")
-INITIAL_WINDOW = 8
+# On a CPU a verification batch costs several single decodes (measured on 2 cores with SmolLM2:
+# 16 tokens ~9 singles, 48 tokens ~20): a draft of one or two tokens costs more than it saves,
+# and only long accepted drafts pay. The draft length follows the acceptance (doubling after a
+# fully accepted draft, back to what was accepted + 1 after a rejection) between these bounds.
+# On a GPU a batch costs about one decode and the bounds cost nothing.
+INITIAL_WINDOW = 16
+MIN_WINDOW = 4
+MIN_DRAFT = 3   # shorter drafts are decoded plainly
 
 
 class SpeculativeStepper:
@@ -24,10 +31,8 @@ class SpeculativeStepper:
     def __init__(self, engine, drafter, max_draft: int, budget: int, stats: SpeculativeStats) -> None:
         self.engine, self.drafter, self.stats = engine, drafter, stats
         self.max_draft = min(max_draft, engine.context.n_batch - 1)
-        # On a CPU each drafted token costs most of a decode: the draft length follows the
-        # acceptance (doubling after a fully accepted draft, down to what was accepted + 1 after
-        # a rejection), so a misleading drafter costs little.
         self.window = min(self.max_draft, INITIAL_WINDOW)
+        self.min_draft = min(self.max_draft, MIN_DRAFT)
         self.remaining = budget - 1  # tokens still to produce after the first
         self.draft: list[int] = []
         self.index = 0               # output whose token was sampled last
@@ -56,6 +61,8 @@ class SpeculativeStepper:
         history = engine.tokens + [token]
         n_max = min(self.window, self.remaining)
         draft = self.drafter.draft(history, n_max) if n_max > 0 else []
+        if len(draft) < self.min_draft:
+            draft = []
         if not draft:
             return engine.eval_token(token)
         self.stats.draft_calls += 1
@@ -75,7 +82,7 @@ class SpeculativeStepper:
         if keep < self.base + drafted + 1:
             self.stats.rollbacks += 1
             self._cut(keep)
-            self.window = accepted + 1
+            self.window = min(self.max_draft, max(accepted + 1, MIN_WINDOW))
         else:
             self.window = min(self.max_draft, 2 * self.window)
         self.drafter.accept(accepted)
