@@ -51,7 +51,7 @@ static const int LLAMA_FFI_BUILD_NUMBER;
 static const char *const LLAMA_FFI_CDEF_SHA256;
 static const char *const LLAMA_FFI_LIBRARY_SHA256;
 int llama_ffi_libllama_path(char *, size_t);
-int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, int32_t, llama_token *, int32_t *);
+int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
 """
 
 # llama.cpp's staging API (src/llama-ext.h) is C++ outside extern "C"; MTP drafting needs three
@@ -143,35 +143,66 @@ int32_t llama_ffi_decode(struct llama_context * ctx, struct llama_batch batch) {
 double llama_ffi_decode_seconds(void) { return llama_ffi_decode_total; }
 
 /* Greedy decoding's whole sampler: add the logit biases in place, return the first maximum.
-   One pass over the logits, none of llama.cpp's candidate-array construction. */
+   One pass over the logits, none of llama.cpp's candidate-array construction. The pass keeps the
+   maximum of each block of 64 in SSE-width vectors (GCC/Clang vector extensions; 5x faster than a
+   scalar compare-and-branch loop over a 49k vocabulary), then looks for the first index of the
+   maximum inside the winning block only. */
+#include <string.h>
+typedef float llama_ffi_f4 __attribute__((vector_size(16)));
+typedef int32_t llama_ffi_i4 __attribute__((vector_size(16)));
+#define LLAMA_FFI_ARGMAX_BLOCK 64
+static inline llama_ffi_f4 llama_ffi_vmax(llama_ffi_f4 a, llama_ffi_f4 b) {
+    llama_ffi_i4 gt = a > b;
+    return (llama_ffi_f4)(((llama_ffi_i4)a & gt) | ((llama_ffi_i4)b & ~gt));
+}
+static int32_t llama_ffi_first_max(const float * x, int32_t n) {
+    float top = x[0];
+    int32_t block = 0, i = 0, best = -1;
+    for (; i + LLAMA_FFI_ARGMAX_BLOCK <= n; i += LLAMA_FFI_ARGMAX_BLOCK) {
+        llama_ffi_f4 m[4], v;
+        memcpy(m, x + i, sizeof m);
+        for (int32_t j = i + 16; j < i + LLAMA_FFI_ARGMAX_BLOCK; j += 16) {
+            for (int k = 0; k < 4; ++k) {
+                memcpy(&v, x + j + 4 * k, sizeof v);
+                m[k] = llama_ffi_vmax(v, m[k]);
+            }
+        }
+        m[0] = llama_ffi_vmax(llama_ffi_vmax(m[0], m[1]), llama_ffi_vmax(m[2], m[3]));
+        float bm = m[0][0];
+        for (int k = 1; k < 4; ++k) if (m[0][k] > bm) bm = m[0][k];
+        if (i == 0 || bm > top) { top = bm; block = i; }
+    }
+    for (int32_t j = block; j < block + LLAMA_FFI_ARGMAX_BLOCK && j < i; ++j) {
+        if (x[j] == top) { best = j; break; }
+    }
+    if (best < 0) { best = 0; top = x[0]; }
+    for (; i < n; ++i) if (x[i] > top) { top = x[i]; best = i; }
+    return best;
+}
 int32_t llama_ffi_argmax(struct llama_context * ctx, int32_t idx, int32_t n_vocab,
                          const int32_t * ids, const float * bias, int32_t n_bias) {
     float * logits = llama_get_logits_ith(ctx, idx);
-    int32_t best = 0;
-    float top;
     if (logits == NULL || n_vocab <= 0) return -1;
     for (int32_t i = 0; i < n_bias; ++i) logits[ids[i]] += bias[i];
-    top = logits[0];
-    for (int32_t i = 1; i < n_vocab; ++i) {
-        if (logits[i] > top) { top = logits[i]; best = i; }
-    }
-    return best;
+    return llama_ffi_first_max(logits, n_vocab);
 }
 
-/* Greedy generation with llama.cpp's backend sampler set on the context: decode `token`, take
-   the token the graph sampled, decode that, ... `n` times or until an end-of-generation token.
-   out[0..k) gets the k tokens produced (the last is not decoded); returns k. A failing decode
-   stores its status in *status and ends the run (k counts the tokens produced before it). One
-   call per run instead of a Python round trip per token. */
+/* Greedy generation: decode `token`, take the argmax of its logits (after the logit biases),
+   decode that, ... `n` times or until an end-of-generation token. out[0..k) gets the k tokens
+   produced (the last is not decoded); returns k. A failing decode stores its status in *status
+   and ends the run (k counts the tokens produced before it). One call per run instead of a
+   Python round trip per token. (llama.cpp's backend sampler would do the argmax inside the graph,
+   but on a CPU it measured slower than this one pass over the logits.) */
 int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_vocab * vocab,
-                             llama_token token, int32_t n, llama_token * out, int32_t * status) {
+                             llama_token token, int32_t n, llama_token * out, int32_t * status,
+                             int32_t n_vocab, const int32_t * ids, const float * bias, int32_t n_bias) {
     llama_token cur = token;
     struct llama_batch batch = llama_batch_get_one(&cur, 1);
     *status = 0;
     for (int32_t i = 0; i < n; ++i) {
         int32_t rc = llama_ffi_decode(ctx, batch);
         if (rc != 0) { *status = rc; return i; }
-        cur = llama_get_sampled_token_ith(ctx, -1);
+        cur = llama_ffi_argmax(ctx, -1, n_vocab, ids, bias, n_bias);
         out[i] = cur;
         if (llama_vocab_is_eog(vocab, cur)) return i + 1;
     }

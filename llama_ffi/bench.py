@@ -5,8 +5,10 @@
 
 Measured per implementation: load time, prompt t/s (256 tokens), generation t/s (128 tokens,
 greedy, EOS ignored), overhead per generated token (wall time minus the time llama.cpp reports
-inside ``llama_decode``), and peak RSS. Figures are medians over the repeats; the machine's load
-is printed next to them. ``llama-bench`` comes from ``python -m tools.native_build --reference``.
+inside ``llama_decode``), and peak RSS. Figures are medians over the repeats; each llama-ffi test
+runs right after its llama-bench counterpart, and "gen vs native" is the median of those paired
+ratios (this machine's speed drifts by tens of percent within a minute). The machine's load is
+printed next to them. ``llama-bench`` comes from ``python -m tools.native_build --reference``.
 """
 
 from __future__ import annotations
@@ -42,48 +44,73 @@ def find_llama_bench(explicit: str | None) -> Path | None:
     return None
 
 
-def bench_native(binary: Path, model: str, threads: int, repeats: int) -> dict:
-    cmd = [str(binary), "-m", model, "-t", str(threads), "-p", str(N_PROMPT), "-n", str(N_GEN),
-           "-r", str(repeats), "-o", "json"]
-    t0 = time.perf_counter()
+def native_test(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int) -> float:
+    """Tokens/s of one llama-bench test (``-p n_prompt -n n_gen``, one repeat)."""
+    cmd = [str(binary), "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
+           "-r", "1", "-o", "json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    wall = time.perf_counter() - t0
-    rows = json.loads(out.stdout)
-    pp = next(r for r in rows if r["n_prompt"] == N_PROMPT and r["n_gen"] == 0)
-    tg = next(r for r in rows if r["n_gen"] == N_GEN and r["n_prompt"] == 0)
-    return {"name": "llama.cpp llama-bench", "load_s": float("nan"), "pp_tps": pp["avg_ts"],
-            "tg_tps": tg["avg_ts"], "overhead_ms": 0.0, "rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN),
-            "note": f"{wall:.1f} s for its runs"}
+    return json.loads(out.stdout)[0]["avg_ts"]
 
 
-def bench_llama_ffi(model: str, threads: int, repeats: int) -> dict:
-    from llama_ffi import lib
+def ffi_prompt_test(model: str, threads: int) -> tuple[float, float]:
+    """(load seconds, prompt tokens/s) for a prompt of N_PROMPT tokens."""
     from llama_ffi.high import Llama
 
-    loads, pps, tgs, overheads = [], [], [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        llm = Llama(model, n_ctx=N_PROMPT + N_GEN + 16, n_threads=threads, n_threads_batch=threads,
-                    progress=False)
-        loads.append(time.perf_counter() - t0)
+    # One context per test, sized as llama-bench sizes its own (n_prompt, resp. n_gen): the
+    # attention work per token grows with the cache, so equal sizes compare equal work.
+    t0 = time.perf_counter()
+    with Llama(model, n_ctx=N_PROMPT, n_threads=threads, n_threads_batch=threads, progress=False) as llm:
+        load = time.perf_counter() - t0
         prompt = [(i * 7919) % llm.n_vocab for i in range(N_PROMPT)]
         t0 = time.perf_counter()
         llm.eval(prompt)
-        pps.append(N_PROMPT / (time.perf_counter() - t0))
-        llm.reset()
+        return load, N_PROMPT / (time.perf_counter() - t0)
+
+
+def ffi_generation_test(model: str, threads: int) -> tuple[float, float]:
+    """(tokens/s, overhead ms/token) of N_GEN greedy tokens with end-of-generation banned."""
+    from llama_ffi import lib
+    from llama_ffi.high import Llama
+
+    with Llama(model, n_ctx=N_GEN, n_threads=threads, n_threads_batch=threads, progress=False) as llm:
         eog = [t for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)]
         bos = [llm.token_bos()]
+        for _ in llm.generate(bos, temperature=0.0, max_tokens=2):  # warm-up, as llama-bench does
+            pass
+        llm.reset()
         in_decode = lib.llama_ffi_decode_seconds()
         t0 = time.perf_counter()
         n = sum(1 for _ in llm.generate(bos, temperature=0.0, max_tokens=N_GEN,
                                         logit_bias={t: -float("inf") for t in eog}))
         wall = time.perf_counter() - t0
         in_decode = lib.llama_ffi_decode_seconds() - in_decode  # summed inside llama_decode
-        tgs.append(n / wall)
-        overheads.append((wall - in_decode) * 1e3 / n)
-        llm.close()
-    return {"name": "llama-ffi", "load_s": _median(loads), "pp_tps": _median(pps),
-            "tg_tps": _median(tgs), "overhead_ms": _median(overheads), "rss_mb": _peak_rss_mb(), "note": ""}
+        return n / wall, (wall - in_decode) * 1e3 / n
+
+
+def bench_generation(model: str, threads: int, repeats: int, binary: Path | None) -> tuple[dict, dict | None]:
+    """llama-ffi's row and llama-bench's (None without the binary). Each test runs right after
+    its native counterpart, so both see the same machine speed; the ratio to native is the
+    median of these back-to-back ratios."""
+    ffi, native = {"load": [], "pp": [], "tg": [], "overhead": []}, {"pp": [], "tg": []}
+    for _ in range(repeats):
+        if binary:
+            native["pp"].append(native_test(binary, model, threads, N_PROMPT, 0))
+        load, pp = ffi_prompt_test(model, threads)
+        if binary:
+            native["tg"].append(native_test(binary, model, threads, 0, N_GEN))
+        tg, overhead = ffi_generation_test(model, threads)
+        for key, value in (("load", load), ("pp", pp), ("tg", tg), ("overhead", overhead)):
+            ffi[key].append(value)
+    row = {"name": "llama-ffi", "load_s": _median(ffi["load"]), "pp_tps": _median(ffi["pp"]),
+           "tg_tps": _median(ffi["tg"]), "overhead_ms": _median(ffi["overhead"]), "rss_mb": _peak_rss_mb(),
+           "note": ""}
+    if not binary:
+        return row, None
+    row["tg_ratio"] = _median([f / n for f, n in zip(ffi["tg"], native["tg"])])
+    native_row = {"name": "llama.cpp llama-bench", "load_s": float("nan"), "pp_tps": _median(native["pp"]),
+                  "tg_tps": _median(native["tg"]), "overhead_ms": 0.0,
+                  "rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN), "note": ""}
+    return row, native_row
 
 
 def bench_llama_cpp_python(model: str, threads: int, repeats: int) -> dict | None:
@@ -280,7 +307,7 @@ def table(rows: list[dict], native: dict | None) -> str:
     out = ["| implementation | load s | prompt t/s (256) | gen t/s (128) | gen vs native | "
            "overhead ms/token | peak RSS MB | note |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        ratio = r["tg_tps"] / native["tg_tps"] if native else float("nan")
+        ratio = r.get("tg_ratio", r["tg_tps"] / native["tg_tps"] if native else float("nan"))
         out.append(f"| {r['name']} | {r['load_s']:.3f} | {r['pp_tps']:.1f} | {r['tg_tps']:.1f} | "
                    f"{ratio:.3f} | {r['overhead_ms']:.3f} | {r['rss_mb']:.0f} | {r['note']} |")
     return "\n".join(out)
@@ -318,14 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         print(speculative_table(bench_speculative(args.model, args.threads, args.repeats, args.draft_model)))
     if args.skip_generation:
         return 0
-    rows, native = [], None
     binary = find_llama_bench(args.llama_bench)
-    if binary:
-        native = bench_native(binary, args.model, args.threads, args.repeats)
-        rows.append(native)
-    else:
+    if not binary:
         print("llama-bench not found (build it: python -m tools.native_build --reference)", file=sys.stderr)
-    rows.append(bench_llama_ffi(args.model, args.threads, args.repeats))
+    ffi_row, native = bench_generation(args.model, args.threads, args.repeats, binary)
+    rows = [native, ffi_row] if native else [ffi_row]
     other = bench_llama_cpp_python(args.model, args.threads, args.repeats)
     if other:
         rows.append(other)

@@ -425,3 +425,19 @@ def test_progress_bar_while_loading(smollm2_path, capfd):
     with Llama(smollm2_path, n_ctx=64, progress=False):
         pass
     assert "loading model" not in capfd.readouterr().err
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(-3, 3), min_size=1, max_size=300), top=st.integers(0, 49151),
+       n_vocab=st.sampled_from([1, 63, 64, 65, 1000, 49152]))
+def test_greedy_argmax_is_the_first_maximum(llm, values, top, n_vocab):
+    """The C argmax (blockwise, vectorised) against numpy's first-maximum rule, ties included."""
+    from llama_ffi import ffi, lib
+
+    with llm.lock:
+        llm.eval_prompt(llm.tokenize("a"))
+        logits = llm.context.logits(-1)
+        logits[:] = np.resize(np.asarray(values, dtype=np.float32), logits.shape)
+        logits[top % n_vocab] += 0.5 * (top % 3)  # sometimes a unique maximum, sometimes ties
+        want = int(np.argmax(logits[:n_vocab]))
+        assert lib.llama_ffi_argmax(llm.context.ptr, -1, n_vocab, ffi.NULL, ffi.NULL, 0) == want

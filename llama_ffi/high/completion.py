@@ -145,10 +145,8 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     produced = 0
     run = None
     try:
-        # Speculation reads the logits of many outputs: llama.cpp's backend sampler would need
-        # room for all of them in every decode (measured: single-token decodes 7 % slower).
-        if not (processors or criteria or want_logprobs or stepper) and chain.offload(ctx_ptr):
-            run = GreedyRun(engine, budget)  # greedy: decode in runs, one C call each
+        if not (processors or criteria or want_logprobs or stepper) and chain.greedy_bias is not None:
+            run = GreedyRun(engine, budget, chain)  # greedy: decode in runs, one C call each
             sample, advance = run.sample, run.advance
         engine.eval_prompt(prompt)
         if stepper:

@@ -1,5 +1,5 @@
-"""Greedy decoding in runs: one C call decodes up to ``RUN`` tokens in a row (llama.cpp's backend
-sampler picks each inside ``llama_decode``), then Python handles the tokens of the run. This is
+"""Greedy decoding in runs: one C call decodes up to ``RUN`` tokens in a row (each picked by an
+argmax over the logits, after the logit biases), then Python handles the tokens of the run. This is
 the generation loop's fast path: its per-token Python cost is paid with warm caches, once per
 run rather than between every two decodes.
 
@@ -17,8 +17,10 @@ RUN = 8  # tokens per C call: a stream shows text in bursts of at most this many
 
 
 class GreedyRun:
-    def __init__(self, engine, budget: int) -> None:
+    def __init__(self, engine, budget: int, chain) -> None:
         self.engine = engine
+        self.chain = chain
+        self.bias = chain.greedy_bias  # (ids, biases, count)
         self.vocab = engine.context.model.vocab_ptr
         self.budget = budget
         self.produced = 0          # advance() calls so far: tokens emitted before the next one
@@ -32,7 +34,7 @@ class GreedyRun:
             token = self.out[self.i]
             self.i += 1
             return token
-        return lib.llama_get_sampled_token_ith(ctx_ptr, idx)  # sampled by the prompt's decode
+        return self.chain.sample(ctx_ptr, idx)  # the prompt's logits
 
     def advance(self, token: int) -> int:
         self.produced += 1
@@ -41,7 +43,9 @@ class GreedyRun:
         engine = self.engine
         k = min(RUN, self.budget - self.produced)
         self.base = len(engine.tokens)
-        got = lib.llama_ffi_greedy_run(engine.context.ptr, self.vocab, token, k, self.out, self.status)
+        ids, biases, n_bias = self.bias
+        got = lib.llama_ffi_greedy_run(engine.context.ptr, self.vocab, token, k, self.out, self.status,
+                                       engine.context.n_vocab, ids, biases, n_bias)
         if got:  # decoded: token, then all but the last produced
             engine.tokens.append(token)
             engine.tokens.extend(self.out[0:got - 1])

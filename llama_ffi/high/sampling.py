@@ -176,7 +176,6 @@ class SamplerChain:
             penalty_last_n=n_ctx if params.penalty_last_n == -1 else params.penalty_last_n,
             dry_penalty_last_n=n_ctx if params.dry_penalty_last_n == -1 else params.dry_penalty_last_n)
         self._ptr = ffi.NULL
-        self._offloaded_ctx = self._backend = None
         self._n_vocab = n_vocab
         self._keep: list = []
         cp = lib.llama_sampler_chain_default_params()
@@ -216,30 +215,13 @@ class SamplerChain:
             raise RuntimeError("sampler chain has been closed")
         return self._ptr
 
-    def offload(self, ctx) -> bool:
-        """For greedy decoding, let llama.cpp pick the token inside ``llama_decode`` (its backend
-        sampling: logit bias + argmax in the graph), so the logits are never read back.
-        Undone by ``close``. Returns whether the context accepted it."""
-        if self._greedy_bias is None or self._offloaded_ctx is not None:
-            return False
-        ids, biases, n = self._greedy_bias
-        backend = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-        if n:
-            arr = ffi.new("llama_logit_bias[]", n)
-            for i in range(n):
-                arr[i].token, arr[i].bias = ids[i], biases[i]
-            lib.llama_sampler_chain_add(backend, lib.llama_sampler_init_logit_bias(self._n_vocab, n, arr))
-        lib.llama_sampler_chain_add(backend, lib.llama_sampler_init_greedy())
-        if not lib.llama_set_sampler(ctx, 0, backend):
-            lib.llama_sampler_free(backend)
-            return False
-        self._backend, self._offloaded_ctx = backend, ctx
-        return True
+    @property
+    def greedy_bias(self):
+        """(token ids, biases, count) when the chain is a plain argmax with a logit bias, else None."""
+        return self._greedy_bias
 
     def sample(self, ctx, idx: int = -1) -> int:
         """Sample (and accept) a token from output ``idx``."""
-        if self._offloaded_ctx is not None:
-            return lib.llama_get_sampled_token_ith(ctx, idx)
         if self._greedy_bias is not None:
             ids, biases, n = self._greedy_bias
             return lib.llama_ffi_argmax(ctx, idx, self._n_vocab, ids, biases, n)
@@ -252,14 +234,10 @@ class SamplerChain:
         lib.llama_sampler_reset(self.ptr)
 
     def close(self) -> None:
-        if self._offloaded_ctx is not None:
-            lib.llama_set_sampler(self._offloaded_ctx, 0, ffi.NULL)
-            lib.llama_sampler_free(self._backend)
-            self._offloaded_ctx = self._backend = None
         ptr, self._ptr = self._ptr, ffi.NULL
         if ptr != ffi.NULL:
             lib.llama_sampler_free(ptr)
 
     def __del__(self) -> None:
-        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL or getattr(self, "_offloaded_ctx", None):
+        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL:
             self.close()
