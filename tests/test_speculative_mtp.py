@@ -111,3 +111,18 @@ def test_errors_at_construction(random_model, smollm2_path, tiny_model_path):
         _mtp(random_model, draft_model_path="/nonexistent/mtp.gguf")
     with pytest.raises(ValueError, match=r"draft_n_max \(64\) must be below n_batch \(64\)"):
         _mtp(random_model, n_max=64, n_batch=64)
+
+
+def test_close_and_garbage_collection(random_model):
+    import gc
+
+    llm = _mtp(random_model)
+    llm([1, 300, 301], max_tokens=8, temperature=0)
+    llm.close()
+    llm.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        llm([1, 300], max_tokens=2)
+    dropped = _mtp(random_model)  # never closed: freed by the garbage collector
+    dropped([1, 300, 301], max_tokens=8, temperature=0)
+    del dropped
+    gc.collect()

@@ -153,6 +153,10 @@ class MtpDrafter:
         if self._own_model and not self.model.closed:
             self.model.close()
 
+    def __del__(self) -> None:
+        if getattr(self, "_batch", ffi.NULL) != ffi.NULL:
+            self.close()
+
 
 def load_mtp_drafter(target: Model, target_context: Context, path, n_gpu_layers: int | None,
                      n_ctx: int, n_batch: int, p_min: float) -> MtpDrafter:
