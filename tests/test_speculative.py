@@ -43,11 +43,14 @@ def plain(smollm2_path):
 
 @pytest.fixture(scope="module")
 def engines(smollm2_path, draft_path):
-    """One Llama per engine; short n-gram keys so that short test outputs draft too."""
+    """One Llama per engine; short n-gram keys so that short test outputs draft too. Draft
+    models: SmolLM2 itself (its drafts are the target's own choices: accepted) and its first six
+    layers (a poor drafter: rejections)."""
     configs = {
         "ngram-k": SpecConfig(type=SpeculativeType.NGRAM_MAP_K, ngram_size_n=3, ngram_size_m=8),
         "ngram-k4v": SpecConfig(type=SpeculativeType.NGRAM_MAP_K4V, ngram_size_n=2, ngram_size_m=4),
-        "draft": SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=draft_path, draft_n_max=4),
+        "draft": SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4),
+        "draft-cut": SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=draft_path, draft_n_max=4),
     }
     made = {name: _llama(smollm2_path, speculative=cfg) for name, cfg in configs.items()}
     yield made

@@ -22,6 +22,10 @@ log = logging.getLogger("llama_ffi")
 INITIAL_WINDOW = 16
 MIN_WINDOW = 4
 MIN_DRAFT = 3   # shorter drafts are decoded plainly
+# A draft with nothing accepted cost a verification for one token: the next drafts wait 1, 2,
+# 4, ... tokens (up to MAX_PAUSE) until one is accepted again, so a drafter that keeps missing
+# (a poor draft model, text unlike the history) costs little.
+MAX_PAUSE = 32
 
 
 class SpeculativeStepper:
@@ -33,6 +37,8 @@ class SpeculativeStepper:
         self.max_draft = min(max_draft, engine.context.n_batch - 1)
         self.window = min(self.max_draft, INITIAL_WINDOW)
         self.min_draft = min(self.max_draft, MIN_DRAFT)
+        self.pause = 0               # after consecutive misses: tokens to decode without drafting
+        self.wait = 0                # tokens left in the current pause
         self.remaining = budget - 1  # tokens still to produce after the first
         self.draft: list[int] = []
         self.index = 0               # output whose token was sampled last
@@ -60,6 +66,9 @@ class SpeculativeStepper:
         engine = self.engine
         history = engine.tokens + [token]
         n_max = min(self.window, self.remaining)
+        if self.wait > 0:
+            self.wait -= 1
+            n_max = 0
         draft = self.drafter.draft(history, n_max) if n_max > 0 else []
         if len(draft) < self.min_draft:
             draft = []
@@ -83,8 +92,13 @@ class SpeculativeStepper:
             self.stats.rollbacks += 1
             self._cut(keep)
             self.window = min(self.max_draft, max(accepted + 1, MIN_WINDOW))
+            if accepted == 0:
+                self.pause = min(MAX_PAUSE, 2 * self.pause or 1)
+                self.wait = self.pause
         else:
             self.window = min(self.max_draft, 2 * self.window)
+        if accepted:
+            self.pause = 0
         self.drafter.accept(accepted)
         self.draft, self.index = [], 0
 
