@@ -273,12 +273,12 @@ def bench_speculative(model: str, threads: int, repeats: int, draft_model: str |
         for llm in engines.values():
             llm.close()
     rows = sorted(runs.values(), key=lambda r: (list(SPEC_PROMPTS).index(r["prompt"]), list(configs).index(r["engine"])))
-    for r in rows:
+    for r in rows:  # speedups: medians of the ratios within a repeat (same machine speed)
         plain = runs[("plain", r["prompt"])]
         r["tps"] = _median(r["rates"])
-        r["speedup"] = r["tps"] / _median(plain["rates"])
+        r["speedup"] = _median([a / b for a, b in zip(r["rates"], plain["rates"])])
         r["decode_tps"] = _median(r["decode_rates"])
-        r["decode_speedup"] = r["decode_tps"] / _median(plain["decode_rates"])
+        r["decode_speedup"] = _median([a / b for a, b in zip(r["decode_rates"], plain["decode_rates"])])
         r["identical"] = r["text"] == plain["text"]
     return rows
 
