@@ -104,8 +104,7 @@ class Llama:
             try:
                 self._context = Context(self._model, cparams)
                 if speculative is not None:
-                    self.drafter = create_drafter(speculative, self._model, self._context,
-                                                  self._context.n_ctx, self._context.n_batch)
+                    self.drafter = create_drafter(speculative, self._model, self._context)
             except BaseException:
                 if self._context is not None:
                     self._context.close()

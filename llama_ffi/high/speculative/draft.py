@@ -36,13 +36,12 @@ def vocab_mismatch(target: Model, draft: Model) -> str | None:
 class ModelDrafter:
     """Greedy drafts from a context over ``model`` (owned when ``own_model``)."""
 
-    def __init__(self, model: Model, n_ctx: int, n_batch: int, p_min: float,
-                 own_model: bool, context_params: ContextParams | None = None) -> None:
+    def __init__(self, model: Model, params: ContextParams, p_min: float, own_model: bool) -> None:
         self.model = model
         self._own_model = own_model
         self.p_min = p_min
         try:
-            self.context = Context(model, context_params or ContextParams(n_ctx=n_ctx, n_batch=n_batch))
+            self.context = Context(model, params)
         except Exception:
             if own_model:
                 model.close()
@@ -105,7 +104,7 @@ class ModelDrafter:
             self.model.close()
 
 
-def load_draft_model(target: Model, path, n_gpu_layers: int | None, n_ctx: int, n_batch: int,
+def load_draft_model(target: Model, path, n_gpu_layers: int | None, params: ContextParams,
                      p_min: float) -> ModelDrafter:
     """The DRAFT engine: loads ``path`` and checks its vocabulary against the target's."""
     model = Model(path, ModelParams(n_gpu_layers=n_gpu_layers, progress=False))
@@ -113,4 +112,4 @@ def load_draft_model(target: Model, path, n_gpu_layers: int | None, n_ctx: int, 
     if why is not None:
         model.close()
         raise ValueError(f"draft model {path} cannot draft for this model: {why}")
-    return ModelDrafter(model, n_ctx, n_batch, p_min, own_model=True)
+    return ModelDrafter(model, params, p_min, own_model=True)

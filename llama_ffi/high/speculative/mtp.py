@@ -11,6 +11,8 @@ drafted entries are cut again, since the target's verification feeds the real on
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from llama_ffi import ffi, lib
@@ -23,8 +25,8 @@ def nextn_layers(model: Model) -> int:
 
 
 class MtpDrafter:
-    def __init__(self, target_context: Context, mtp_model: Model, own_model: bool, n_ctx: int,
-                 n_batch: int, p_min: float) -> None:
+    def __init__(self, target_context: Context, mtp_model: Model, own_model: bool, params: ContextParams,
+                 p_min: float) -> None:
         self.target = target_context
         self.model = mtp_model
         self._own_model = own_model
@@ -37,7 +39,7 @@ class MtpDrafter:
             if self.n_embd != target_embd:
                 raise ValueError(f"the MTP block takes hidden states of width {self.n_embd}, the target "
                                  f"model makes {target_embd}")
-            self.context = Context(mtp_model, ContextParams(n_ctx=n_ctx, n_batch=n_batch, mtp=True))
+            self.context = Context(mtp_model, dataclasses.replace(params, mtp=True))
             self._batch = lib.llama_batch_ext_init(self.context.ptr)
         except BaseException:
             self.close()
@@ -159,7 +161,7 @@ class MtpDrafter:
 
 
 def load_mtp_drafter(target: Model, target_context: Context, path, n_gpu_layers: int | None,
-                     n_ctx: int, n_batch: int, p_min: float) -> MtpDrafter:
+                     params: ContextParams, p_min: float) -> MtpDrafter:
     """The DRAFT_MTP engine over the target's built-in NextN block, or over the MTP GGUF ``path``
     (which must share the target's vocabulary and hidden width)."""
     from llama_ffi.high.speculative.draft import vocab_mismatch
@@ -168,7 +170,7 @@ def load_mtp_drafter(target: Model, target_context: Context, path, n_gpu_layers:
         if nextn_layers(target) <= 0:
             raise ValueError("speculative type DRAFT_MTP needs a model with NextN/MTP layers; this one has "
                              "none (llama_model_n_layer_nextn = 0) and no draft_model_path MTP file was given")
-        return MtpDrafter(target_context, target, False, n_ctx, n_batch, p_min)
+        return MtpDrafter(target_context, target, False, params, p_min)
     model = Model(path, ModelParams(n_gpu_layers=n_gpu_layers, progress=False, load_mtp=True))
     try:
         if nextn_layers(model) <= 0:
@@ -179,4 +181,4 @@ def load_mtp_drafter(target: Model, target_context: Context, path, n_gpu_layers:
     except BaseException:
         model.close()
         raise
-    return MtpDrafter(target_context, model, True, n_ctx, n_batch, p_min)
+    return MtpDrafter(target_context, model, True, params, p_min)
