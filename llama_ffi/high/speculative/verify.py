@@ -64,12 +64,11 @@ class SpeculativeStepper:
                 return self.index
             self._close_batch()
         engine = self.engine
-        history = engine.tokens + [token]
         n_max = min(self.window, self.remaining)
         if self.wait > 0:
             self.wait -= 1
             n_max = 0
-        draft = self.drafter.draft(history, n_max) if n_max > 0 else []
+        draft = self.drafter.draft(engine.tokens + [token], n_max) if n_max > 0 else []
         if len(draft) < self.min_draft:
             draft = []
         if not draft:
