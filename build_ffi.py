@@ -147,7 +147,6 @@ double llama_ffi_decode_seconds(void) { return llama_ffi_decode_total; }
    maximum of each block of 64 in SSE-width vectors (GCC/Clang vector extensions; 5x faster than a
    scalar compare-and-branch loop over a 49k vocabulary), then looks for the first index of the
    maximum inside the winning block only. */
-#include <string.h>
 typedef float llama_ffi_f4 __attribute__((vector_size(16)));
 typedef int32_t llama_ffi_i4 __attribute__((vector_size(16)));
 #define LLAMA_FFI_ARGMAX_BLOCK 64
