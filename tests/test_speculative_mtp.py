@@ -126,3 +126,13 @@ def test_close_and_garbage_collection(random_model):
     dropped([1, 300, 301], max_tokens=8, temperature=0)
     del dropped
     gc.collect()
+
+
+def test_p_min_stops_unconfident_drafts(bigram_model):
+    prompt = [1, 300, 301, 302, 303]
+    cfg = SpecConfig(type=SpeculativeType.DRAFT_MTP, draft_n_max=4, draft_p_min=1.0)
+    with Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False) as plain, \
+            Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False, speculative=cfg) as strict:
+        want = _generate(plain, prompt, max_tokens=30, temperature=0)
+        assert _generate(strict, prompt, max_tokens=30, temperature=0) == want
+        assert strict.last_speculative_stats.drafted_tokens == 0  # no token is certain

@@ -33,6 +33,16 @@ def vocab_mismatch(target: Model, draft: Model) -> str | None:
     return None
 
 
+def top_token(context: Context, n_vocab: int, p_min: float) -> tuple[int, float]:
+    """A drafter's most likely next token at its last output, and its probability (computed only
+    when ``p_min`` needs it; 1.0 otherwise)."""
+    token = lib.llama_ffi_argmax(context.ptr, -1, n_vocab, ffi.NULL, ffi.NULL, 0)
+    if p_min <= 0.0:
+        return token, 1.0
+    logits = context.logits(-1)
+    return token, 1.0 / float(np.exp(logits.astype(np.float64) - float(logits[token])).sum())
+
+
 class ModelDrafter:
     """Greedy drafts from a context over ``model`` (owned when ``own_model``)."""
 
@@ -66,13 +76,7 @@ class ModelDrafter:
             self.tokens.extend(part)
 
     def _top(self) -> tuple[int, float]:
-        """The draft model's most likely next token (and its probability when p_min needs it)."""
-        token = lib.llama_ffi_argmax(self.context.ptr, -1, self._n_vocab, ffi.NULL, ffi.NULL, 0)
-        if self.p_min <= 0.0:
-            return token, 1.0
-        logits = self.context.logits(-1)
-        top = float(logits[token])
-        return token, 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
+        return top_token(self.context, self._n_vocab, self.p_min)
 
     def draft(self, history: list[int], n_max: int) -> list[int]:
         room = self.context.n_ctx - len(history)

@@ -18,6 +18,7 @@ import numpy as np
 from llama_ffi import ffi, lib
 from llama_ffi.high.context import Context, ContextParams, DecodeError, raise_for_decode_status
 from llama_ffi.high.model import Model, ModelParams
+from llama_ffi.high.speculative.draft import top_token, vocab_mismatch
 
 
 def nextn_layers(model: Model) -> int:
@@ -54,6 +55,8 @@ class MtpDrafter:
         self.n_fed = 0  # MTP cache positions [0, n_fed) hold the pairs of the target's tokens
         self.n_vocab = mtp_model.n_vocab
         self._pos = ffi.new("llama_pos[1]")
+        self._embd = ffi.new("struct llama_embd *")  # passed by value: one struct serves every add
+        self._embd.n_rows, self._embd.n_embd = 1, self.n_embd
         self._keep: list[np.ndarray] = []  # hidden rows the batch points to until processed
 
     # ---- the target's decodes ----------------------------------------------------------------
@@ -96,8 +99,8 @@ class MtpDrafter:
                 self._clear()
                 self._add(token, pos, h, output=True)
                 self._process()
-                token = lib.llama_ffi_argmax(self.context.ptr, -1, self.n_vocab, ffi.NULL, ffi.NULL, 0)
-                if self.p_min > 0.0 and self._top_probability(token) < self.p_min:
+                token, p = top_token(self.context, self.n_vocab, self.p_min)
+                if p < self.p_min:
                     break
                 out.append(token)
                 if lib.llama_vocab_is_eog(vocab, token):
@@ -110,10 +113,6 @@ class MtpDrafter:
 
     def accept(self, n_accepted: int) -> None:
         pass  # the verification batch went through observe; draft() cuts what was rejected
-
-    def _top_probability(self, token: int) -> float:
-        logits = self.context.logits(-1).astype(np.float64)
-        return 1.0 / float(np.exp(logits - logits[token]).sum())
 
     # ---- the MTP batch and cache --------------------------------------------------------------
     def _clear(self) -> None:
@@ -128,10 +127,8 @@ class MtpDrafter:
         lib.llama_batch_ext_set_pos(self._batch, idx, self._pos)
         row = np.ascontiguousarray(h, dtype=np.float32)
         self._keep.append(row)
-        embd = ffi.new("struct llama_embd *")
-        embd.data = ffi.cast("const float *", ffi.from_buffer(row))
-        embd.n_rows, embd.n_embd = 1, self.n_embd
-        if not lib.llama_batch_ext_set_embd_token(self._batch, idx, embd[0]):
+        self._embd.data = ffi.cast("const float *", ffi.from_buffer(row))
+        if not lib.llama_batch_ext_set_embd_token(self._batch, idx, self._embd[0]):
             raise DecodeError("llama.cpp refused the hidden state for the MTP batch")
         if output:
             lib.llama_batch_ext_set_output_logits(self._batch, idx, True)
@@ -164,8 +161,6 @@ def load_mtp_drafter(target: Model, target_context: Context, path, n_gpu_layers:
                      params: ContextParams, p_min: float) -> MtpDrafter:
     """The DRAFT_MTP engine over the target's built-in NextN block, or over the MTP GGUF ``path``
     (which must share the target's vocabulary and hidden width)."""
-    from llama_ffi.high.speculative.draft import vocab_mismatch
-
     if path is None:
         if nextn_layers(target) <= 0:
             raise ValueError("speculative type DRAFT_MTP needs a model with NextN/MTP layers; this one has "
