@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -283,17 +284,84 @@ def bench_speculative(model: str, threads: int, repeats: int, draft_model: str |
     return rows
 
 
+# llama.cpp's own n-gram speculation, for reference: llama-speculative-simple against a plain
+# llama-completion run, same prompt, length, threads and context. Both print their decoding rate
+# (prompt excluded); their whole-call times are not comparable with ours, so only decode figures.
+NATIVE_SPEC_TYPES = {"llama.cpp ngram-map-k": "ngram-map-k", "llama.cpp ngram-map-k4v": "ngram-map-k4v"}
+_NATIVE_COMMON = ("-n", str(SPEC_GEN), "--temp", "0", "-c", "1024")
+
+
+def _native_plain_rate(completion: Path, model: str, threads: int, prompt_file: str) -> float:
+    out = subprocess.run([str(completion), "-m", model, "-f", prompt_file, "-t", str(threads), "-tb",
+                          str(threads), *_NATIVE_COMMON, "-no-cnv"], capture_output=True, text=True, check=True)
+    line = next(x for x in out.stderr.splitlines() if " eval time =" in x and "prompt eval" not in x)
+    return float(re.search(r"([0-9.]+) tokens per second", line).group(1))
+
+
+def _native_spec_run(speculative: Path, model: str, threads: int, prompt_file: str,
+                     spec_type: str) -> tuple[float, int, int]:
+    """(decode tokens/s, drafted, accepted) of one llama-speculative-simple run."""
+    out = subprocess.run([str(speculative), "-m", model, "-f", prompt_file, "-t", str(threads), "-tb",
+                          str(threads), *_NATIVE_COMMON, "--spec-type", spec_type],
+                         capture_output=True, text=True, check=True)
+    rate = float(re.search(r"decoded +\d+ tokens in +[0-9.]+ seconds, speed: +([0-9.]+)", out.stderr).group(1))
+    drafted = int(re.search(r"n_drafted += (\d+)", out.stderr).group(1))
+    accepted = int(re.search(r"n_accept += (\d+)", out.stderr).group(1))
+    return rate, drafted, accepted
+
+
+def bench_speculative_native(tools: Path, model: str, threads: int, repeats: int) -> list[dict]:
+    """Rows for llama.cpp's ngram-map-k(4v) per prompt: decode speedup over plain decoding
+    (median of within-repeat ratios), drafted and accepted tokens."""
+    import tempfile
+
+    from llama_ffi.high.speculative import SpeculativeStats
+
+    completion, speculative = tools / "llama-completion", tools / "llama-speculative-simple"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, prompt in SPEC_PROMPTS.items():
+            prompt_file = str(Path(tmp) / "prompt.txt")
+            Path(prompt_file).write_text(prompt)
+            plain, runs = [], {name: [] for name in NATIVE_SPEC_TYPES}
+            for _ in range(repeats):
+                plain.append(_native_plain_rate(completion, model, threads, prompt_file))
+                for name, spec_type in NATIVE_SPEC_TYPES.items():
+                    runs[name].append(_native_spec_run(speculative, model, threads, prompt_file, spec_type))
+            for name, results in runs.items():
+                _, drafted, accepted = results[-1]
+                stats = SpeculativeStats(type=name, drafted_tokens=drafted, accepted_tokens=accepted)
+                rows.append({"engine": name, "prompt": label, "tps": None, "speedup": None,
+                             "decode_tps": _median([r[0] for r in results]),
+                             "decode_speedup": _median([r[0] / p for r, p in zip(results, plain)]),
+                             "stats": stats, "identical": None})
+    return rows
+
+
+def find_native_speculative(bench_binary: Path | None) -> Path | None:
+    """The folder holding llama-completion and llama-speculative-simple next to llama-bench."""
+    if bench_binary is None:
+        return None
+    tools = bench_binary.parent
+    found = all((tools / name).is_file() for name in ("llama-completion", "llama-speculative-simple"))
+    return tools if found else None
+
+
 def speculative_table(rows: list[dict]) -> str:
+    def fmt(value, spec: str) -> str:
+        return "–" if value is None else format(value, spec)
+
     out = ["| prompt | engine | t/s | speedup | decode t/s | decode speedup | drafted | accepted | "
            "acceptance | mean accepted | same text |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         s = r["stats"]
-        figures = (f"{s.drafted_tokens} | {s.accepted_tokens} | {s.acceptance_rate:.0%} | "
-                   f"{s.mean_accepted_length:.2f}") if s else "– | – | – | –"
-        out.append(f"| {r['prompt']} | {r['engine']} | {r['tps']:.1f} | {r['speedup']:.2f} | "
-                   f"{r['decode_tps']:.1f} | {r['decode_speedup']:.2f} | {figures} | "
-                   f"{'yes' if r['identical'] else 'NO'} |")
+        mean = f"{s.mean_accepted_length:.2f}" if s and s.draft_calls else "–"
+        figures = (f"{s.drafted_tokens} | {s.accepted_tokens} | {s.acceptance_rate:.0%} | {mean}"
+                   if s else "– | – | – | –")
+        same = {True: "yes", False: "NO", None: "–"}[r["identical"]]
+        out.append(f"| {r['prompt']} | {r['engine']} | {fmt(r['tps'], '.1f')} | {fmt(r['speedup'], '.2f')} | "
+                   f"{r['decode_tps']:.1f} | {r['decode_speedup']:.2f} | {figures} | {same} |")
     return "\n".join(out)
 
 
@@ -342,7 +410,15 @@ def main(argv: list[str] | None = None) -> int:
             erows += bench_embeddings_native(native_embedding, args.embedding_model, args.threads)
         print(embedding_table(erows))
     if args.speculative:
-        print(speculative_table(bench_speculative(args.model, args.threads, args.repeats, args.draft_model)))
+        rows = bench_speculative(args.model, args.threads, args.repeats, args.draft_model)
+        tools = find_native_speculative(find_llama_bench(args.llama_bench))
+        if tools:
+            rows += bench_speculative_native(tools, args.model, args.threads, args.repeats)
+            rows.sort(key=lambda r: list(SPEC_PROMPTS).index(r["prompt"]))  # stable: ours first
+        else:
+            print("llama-speculative-simple not found: llama.cpp's own n-gram rows are left out "
+                  "(python -m tools.native_build --reference)", file=sys.stderr)
+        print(speculative_table(rows))
     if args.skip_generation:
         return 0
     binary = find_llama_bench(args.llama_bench)

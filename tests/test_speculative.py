@@ -214,7 +214,13 @@ def test_ngram_map_k_drafts_what_followed_the_most_recent_key():
     assert d.draft(history, 2) == [1, 2]           # capped by n_max
     assert d.draft([1, 2, 3, 4], 10) == []         # (3, 4) never seen before
     d.accept(0)
-    assert d.draft([1, 2, 3, 4, 3, 4], 10) == [3, 4]  # value runs into the present: all there is
+    # the value runs into the present: the copy continues over its own output (period 2)
+    assert d.draft([1, 2, 3, 4, 3, 4], 10) == [3, 4, 3]
+    d.accept(3)
+    long = NgramMapK(size_n=2, size_m=7, min_hits=1)
+    long.begin([])
+    assert long.draft([9, 1, 2, 3, 1, 2, 3, 1, 2], 10) == [3, 1, 2, 3, 1, 2, 3]
+    assert long.draft([9, 1, 2, 3, 1, 2, 3, 1, 2], 4) == [3, 1, 2, 3]
 
 
 def test_ngram_map_k_min_hits_and_shrinking_after_rejection():

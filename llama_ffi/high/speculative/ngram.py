@@ -1,6 +1,9 @@
 """Model-free drafters: look the last n tokens up in the verified history, draft what followed.
 
 ``NgramMapK`` drafts the m tokens after the most recent earlier occurrence of the key n-gram.
+When that continuation runs into the present (output repeating with a period shorter than m),
+the copy goes on over the drafted tokens themselves, as an LZ77 copy overlaps its own output:
+the key then recurs at the end of the draft, so this is the same lookup applied again.
 ``NgramMapK4V`` counts up to ``max_entries_per_key`` distinct m-gram values after the key and
 drafts the most frequent one only when it clearly dominates (at least twice the others together).
 Both shorten the draft for a key whose last draft was mostly rejected, so a misleading key costs
@@ -68,12 +71,15 @@ class _NgramDrafter:
         if start is None:
             return []
         length = min(n_max, self.size_m, self.draft_len.get(key, self.size_m))
-        tokens = history[start + self.size_n:start + self.size_n + length]
+        tokens = self.continuation(history, start + self.size_n, length)
         self._last_key, self._last_len = key, len(tokens)
         return tokens
 
     def choose(self, earlier: list[int]) -> int | None:
         raise NotImplementedError
+
+    def continuation(self, history: list[int], start: int, length: int) -> list[int]:
+        return history[start:start + length]
 
     def accept(self, n_accepted: int) -> None:
         """Feedback: ``n_accepted`` of the last draft were verified. A fully accepted key may
@@ -93,6 +99,11 @@ class NgramMapK(_NgramDrafter):
 
     def choose(self, earlier: list[int]) -> int | None:
         return earlier[-1]
+
+    def continuation(self, history: list[int], start: int, length: int) -> list[int]:
+        period = history[start:start + length]  # all of it when it reaches the present
+        repeats = -(-length // len(period))
+        return (period * repeats)[:length]
 
 
 class NgramMapK4V(_NgramDrafter):
