@@ -383,7 +383,8 @@ def table(rows: list[dict], native: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-m", "--model", help="GGUF model (default: SmolLM2-135M-Instruct Q4_1)")
+    ap.add_argument("-m", "--model", help="GGUF model, or a registry name: smollm2-135m (the default, "
+                    "Q4_1) or gemma3-270m (Q4_K_M)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("--llama-bench", help="path of llama.cpp's llama-bench")
@@ -395,10 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-model", help="a draft GGUF with the model's vocabulary (e.g. from "
                     "python -m tools.draft_model MODEL OUT --layers 6)")
     args = ap.parse_args(argv)
-    if args.model is None:
-        from llama_ffi import registry
+    from llama_ffi import registry
 
-        args.model = str(registry.fetch(registry.DEFAULT_MODEL))
+    if args.model is None or args.model in registry.BY_NAME:
+        args.model = str(registry.fetch(registry.BY_NAME.get(args.model, registry.DEFAULT_MODEL)))
     print(f"model {args.model}, {args.threads} threads, {args.repeats} repeats, "
           f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()}")
     if args.embedding_model:
