@@ -291,22 +291,26 @@ NATIVE_SPEC_TYPES = {"llama.cpp ngram-map-k": "ngram-map-k", "llama.cpp ngram-ma
 _NATIVE_COMMON = ("-n", str(SPEC_GEN), "--temp", "0", "-c", "1024")
 
 
+def _native_stderr(binary: Path, model: str, threads: int, prompt_file: str, *extra: str) -> str:
+    """What one llama.cpp example run prints on stderr (its timings)."""
+    cmd = [str(binary), "-m", model, "-f", prompt_file, "-t", str(threads), "-tb", str(threads),
+           *_NATIVE_COMMON, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+
+
 def _native_plain_rate(completion: Path, model: str, threads: int, prompt_file: str) -> float:
-    out = subprocess.run([str(completion), "-m", model, "-f", prompt_file, "-t", str(threads), "-tb",
-                          str(threads), *_NATIVE_COMMON, "-no-cnv"], capture_output=True, text=True, check=True)
-    line = next(x for x in out.stderr.splitlines() if " eval time =" in x and "prompt eval" not in x)
+    err = _native_stderr(completion, model, threads, prompt_file, "-no-cnv")
+    line = next(x for x in err.splitlines() if " eval time =" in x and "prompt eval" not in x)
     return float(re.search(r"([0-9.]+) tokens per second", line).group(1))
 
 
 def _native_spec_run(speculative: Path, model: str, threads: int, prompt_file: str,
                      spec_type: str) -> tuple[float, int, int]:
     """(decode tokens/s, drafted, accepted) of one llama-speculative-simple run."""
-    out = subprocess.run([str(speculative), "-m", model, "-f", prompt_file, "-t", str(threads), "-tb",
-                          str(threads), *_NATIVE_COMMON, "--spec-type", spec_type],
-                         capture_output=True, text=True, check=True)
-    rate = float(re.search(r"decoded +\d+ tokens in +[0-9.]+ seconds, speed: +([0-9.]+)", out.stderr).group(1))
-    drafted = int(re.search(r"n_drafted += (\d+)", out.stderr).group(1))
-    accepted = int(re.search(r"n_accept += (\d+)", out.stderr).group(1))
+    err = _native_stderr(speculative, model, threads, prompt_file, "--spec-type", spec_type)
+    rate = float(re.search(r"decoded +\d+ tokens in +[0-9.]+ seconds, speed: +([0-9.]+)", err).group(1))
+    drafted = int(re.search(r"n_drafted += (\d+)", err).group(1))
+    accepted = int(re.search(r"n_accept += (\d+)", err).group(1))
     return rate, drafted, accepted
 
 

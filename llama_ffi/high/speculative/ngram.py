@@ -101,9 +101,9 @@ class NgramMapK(_NgramDrafter):
         return earlier[-1]
 
     def continuation(self, history: list[int], start: int, length: int) -> list[int]:
-        period = history[start:start + length]  # all of it when it reaches the present
-        repeats = -(-length // len(period))
-        return (period * repeats)[:length]
+        source = history[start:start + length]  # shorter when it reaches the present: one period
+        repeats = -(-length // len(source))
+        return (source * repeats)[:length]
 
 
 class NgramMapK4V(_NgramDrafter):
