@@ -46,11 +46,23 @@ def _model_path(args: argparse.Namespace) -> str:
     return str(registry.fetch(registry.DEFAULT_MODEL))
 
 
+def _speculative(args: argparse.Namespace):
+    """A SpecConfig from llama.cpp-style flags, or None without --spec-type."""
+    if args.spec_type is None:
+        if args.model_draft is not None:
+            raise ValueError("--model-draft needs --spec-type draft (or draft-mtp)")
+        return None
+    from llama_ffi.high.speculative import SpecConfig
+
+    extra = {} if args.spec_draft_n_max is None else {"draft_n_max": args.spec_draft_n_max}
+    return SpecConfig(type=args.spec_type, draft_model_path=args.model_draft, **extra)
+
+
 def _open(args: argparse.Namespace):
     from llama_ffi.high import Llama
 
     return Llama(_model_path(args), n_ctx=args.ctx_size, n_threads=args.threads,
-                 n_threads_batch=args.threads, verbose=args.verbose)
+                 n_threads_batch=args.threads, speculative=_speculative(args), verbose=args.verbose)
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
@@ -60,6 +72,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
             sys.stdout.write(chunk["choices"][0]["text"])
             sys.stdout.flush()
         sys.stdout.write("\n")
+        if llm.last_speculative_stats is not None:
+            print(llm.last_speculative_stats.summary(), file=sys.stderr)
     return 0
 
 
@@ -88,6 +102,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             history.append({"role": "assistant", "content": "".join(reply)})
 
 
+# The engines llama-ffi implements, under llama.cpp's --spec-type names.
+SPEC_TYPES = ("ngram-map-k", "ngram-map-k4v", "draft", "draft-mtp")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llama-ffi", description="llama.cpp through generated cffi bindings")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -96,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-c", "--ctx-size", type=int, default=2048)
     common.add_argument("-t", "--threads", type=int, default=None)
     common.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's logs")
+    spec = common.add_argument_group("speculative decoding (the output stays that of plain decoding)")
+    spec.add_argument("--spec-type", choices=SPEC_TYPES, help="engine (default: none)")
+    spec.add_argument("-md", "--model-draft", help="draft GGUF (--spec-type draft; or an MTP GGUF for draft-mtp)")
+    spec.add_argument("--spec-draft-n-max", type=int, help="longest draft of a draft model (default: 3)")
     complete = sub.add_parser("complete", parents=[common], help="stream a text completion")
     complete.add_argument("prompt")
     complete.add_argument("-n", "--n-predict", type=int, default=128, help="max tokens (-1: until full)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,32 @@ def test_chat_keeps_history(smollm2_path):
 def test_bad_model_path_is_a_clear_error(tmp_path):
     out = run("complete", "x", "-m", str(tmp_path / "missing.gguf"))
     assert out.returncode == 2 and "not found" in out.stderr
+
+
+def test_speculative_flags_keep_the_output_and_report_the_drafts(smollm2_path):
+    from llama_ffi.bench import SPEC_PROMPTS
+
+    base = ("complete", SPEC_PROMPTS["copy (repetitive)"], "-m", str(smollm2_path), "-n", "64", "--temp", "0")
+    plain = run(*base)
+    spec = run(*base, "--spec-type", "ngram-map-k")
+    assert plain.returncode == 0 and spec.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout
+    drafts = re.search(r"speculative NGRAM_MAP_K: 64 tokens, (\d+) drafts", spec.stderr)
+    assert drafts and int(drafts.group(1)) > 0, spec.stderr
+
+
+def test_speculative_flag_errors(smollm2_path, tmp_path):
+    model = ("complete", "x", "-m", str(smollm2_path), "-n", "2")
+    missing = run(*model, "--spec-type", "draft", "-md", str(tmp_path / "no.gguf"))
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    orphan = run(*model, "-md", str(tmp_path / "no.gguf"))
+    assert orphan.returncode == 2 and "--model-draft needs --spec-type" in orphan.stderr
+    unknown = run(*model, "--spec-type", "ngram-cache")
+    assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
+
+
+def test_cli_engine_names_are_the_implemented_types():
+    from llama_ffi.cli import SPEC_TYPES
+    from llama_ffi.high.speculative.config import IMPLEMENTED, SpeculativeType
+
+    assert set(SPEC_TYPES) == {t.value for t in IMPLEMENTED - {SpeculativeType.NONE}}
