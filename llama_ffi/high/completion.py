@@ -8,7 +8,6 @@ string never leaks into the output, also when it spans several tokens.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +16,7 @@ import numpy as np
 
 from llama_ffi import lib
 from llama_ffi.high.greedy_run import GreedyRun
+from llama_ffi.high.interrupt import sigint_stops_compute
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpeculativeStats, SpeculativeStepper, log_stats
 from llama_ffi.high.tokenizer import TextStream
@@ -112,10 +112,11 @@ class GenerationSettings:
 
 
 def generate_events(engine, prompt: list[int], settings: GenerationSettings,
-                    outcome: Outcome) -> Iterator[Event]:
+                    outcome: Outcome, lease=None) -> Iterator[Event]:
     """The loop: evaluate the prompt (reusing the cached prefix), then sample/decode until EOG,
     a stop string, a stopping criterion, ``max_tokens`` or a full context. With a drafter on the
-    engine, a ``SpeculativeStepper`` stands in for ``eval_token``; the loop is otherwise the same."""
+    engine, a ``SpeculativeStepper`` stands in for ``eval_token``; the loop is otherwise the same.
+    ``lease`` (a stream's): when it no longer holds the context, the clean-up leaves it alone."""
     started = time.perf_counter()
     ctx = engine.context
     tokenizer = engine.tokenizer
@@ -124,6 +125,7 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     if settings.max_tokens is not None and settings.max_tokens > 0:
         budget = min(budget, settings.max_tokens)
     chain = SamplerChain(settings.sampling, ctx.model.vocab_ptr, ctx.n_vocab, n_ctx, settings.grammar)
+    chain.accept_prompt(prompt)
     stream, matcher = TextStream(), StopMatcher(settings.stop)
     vocab = ctx.model.vocab_ptr
     want_logprobs = settings.logprobs is not None
@@ -133,9 +135,6 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     if engine.drafter is not None:
         stats = SpeculativeStats(type=engine.speculative.kind.name)
         stepper = SpeculativeStepper(engine, engine.drafter, engine.speculative.max_draft, budget, stats)
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
-        lib.llama_ffi_sigint_install()
     # Hot loop: names bound to locals once; per token only C calls and a few Python ops.
     sample, is_eog, interrupted = chain.sample, lib.llama_vocab_is_eog, lib.llama_ffi_sigint_pending
     push, feed, ctx_ptr = stream.push, matcher.feed, ctx.ptr
@@ -206,13 +205,13 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
         if tail:
             yield Event(-1, tail)
     finally:
-        if main_thread:
-            lib.llama_ffi_sigint_restore()
-        if run:
-            run.finish()
         chain.close()
+        owns_context = lease is None or lease.holds_context
+        if run and owns_context:
+            run.finish()
         if stepper:
-            stepper.finish()
+            if owns_context:
+                stepper.finish()
             stats.generated_tokens = produced
             stats.generation_s = time.perf_counter() - started - stats.ttft_s
             engine.last_speculative_stats = stats
@@ -263,19 +262,18 @@ def create_completion(engine, prompt_tokens: list[int], settings: GenerationSett
         return {"prompt_tokens": len(prompt_tokens), "completion_tokens": outcome.completion_tokens,
                 "total_tokens": len(prompt_tokens) + outcome.completion_tokens}
 
-    def chunks() -> Iterator[dict]:
-        with engine.lock:
-            if echo_text:
-                yield result_dict(cid, model_name, echo_text, None, None, None, created)
-            for e in generate_events(engine, prompt_tokens, settings, outcome):
-                lp = _logprobs_block([e], 0, engine.tokenizer) if settings.logprobs is not None else None
-                if e.text or lp:
-                    yield result_dict(cid, model_name, e.text, None, None, lp, created)
-            yield result_dict(cid, model_name, "", outcome.finish_reason, usage(), None, created)
+    def chunks(lease) -> Iterator[dict]:
+        if echo_text:
+            yield result_dict(cid, model_name, echo_text, None, None, None, created)
+        for e in generate_events(engine, prompt_tokens, settings, outcome, lease):
+            lp = _logprobs_block([e], 0, engine.tokenizer) if settings.logprobs is not None else None
+            if e.text or lp:
+                yield result_dict(cid, model_name, e.text, None, None, lp, created)
+        yield result_dict(cid, model_name, "", outcome.finish_reason, usage(), None, created)
 
-    if stream:
-        return chunks()
-    with engine.lock:
+    if stream:  # the lock is held per chunk, not while the caller holds a suspended stream
+        return engine.lock.stream(chunks)
+    with engine.lock, sigint_stops_compute():
         events = list(generate_events(engine, prompt_tokens, settings, outcome))
     text = echo_text + "".join(e.text for e in events)
     lp = _logprobs_block(events, len(echo_text), engine.tokenizer) if settings.logprobs is not None else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -18,6 +17,7 @@ from llama_ffi import ffi, lib
 from llama_ffi.high import completion, embedding
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
+from llama_ffi.high.context_lock import ContextLock
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
@@ -112,7 +112,8 @@ class Llama:
                 raise
             self._batch = Batch(self._context.n_batch)
             self._on_decoded = getattr(self.drafter, "observe", None)
-        self.lock = threading.Lock()
+        # Serialises requests; a stream holds it per chunk only (see context_lock).
+        self.lock = ContextLock(self)
         self.tokens: list[int] = []          # what the KV cache of sequence 0 holds
         self.n_evaluated = 0                 # tokens decoded so far (prefix reuse shows here)
         self._one = ffi.new("llama_token[1]")
@@ -253,6 +254,19 @@ class Llama:
         keep = ctx.keep_prefix(self.tokens, prompt)
         self._decode(list(prompt[keep:]), keep)
 
+    def _state_for_parking(self) -> tuple:
+        """What a suspended stream keeps when another request takes the context: the token list,
+        the context's whole state (KV cache and pending logits) and the drafter's own state."""
+        drafter = getattr(self.drafter, "snapshot", None)
+        return list(self.tokens), self.context.state_bytes(), drafter() if drafter else None
+
+    def _restore_parked(self, parked: tuple) -> None:
+        tokens, state, drafter_state = parked
+        self.context.set_state_bytes(state)
+        self.tokens = tokens
+        if drafter_state is not None:
+            self.drafter.restore(drafter_state)
+
     def eval_token(self, token: int) -> int:
         """Append one token to the sequence (the generation fast path: called per token, so it
         goes straight to llama_decode and leaves error handling to Context.decode). Returns the
@@ -324,10 +338,14 @@ class Llama:
             max_tokens=max_tokens, stop=[], sampling=self._sampling_params(**sampling),
             grammar=grammar, logits_processor=_as_list(logits_processor),
             stopping_criteria=_as_list(stopping_criteria))
-        with self.lock:
-            for event in completion.generate_events(self, list(tokens), settings, completion.Outcome()):
+        tokens = list(tokens)
+
+        def work(lease) -> Iterator[int]:
+            for event in completion.generate_events(self, tokens, settings, completion.Outcome(), lease):
                 if event.token >= 0:
                     yield event.token
+
+        return self.lock.stream(work)
 
     # ---- completion ------------------------------------------------------------------------------------
     def _sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:

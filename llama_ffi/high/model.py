@@ -11,6 +11,7 @@ from pathlib import Path
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high._checks import flag, integer
+from llama_ffi.high.validate import check_model_file
 
 GGUF_MAGIC = b"GGUF"
 
@@ -101,6 +102,7 @@ class Model:
         self.path = Path(path)
         params.validate()
         check_gguf_file(self.path)
+        check_model_file(self.path)
         mp = lib.llama_model_default_params()
         if params.n_gpu_layers is not None:
             mp.n_gpu_layers = params.n_gpu_layers

@@ -164,6 +164,11 @@ def chain_for(p: SamplingParams) -> tuple:
     return TRUNCATION_CHAIN
 
 
+# Samplers whose state the prompt changes (the others ignore accepted tokens, or only note that
+# their own pick was taken).
+PROMPT_AWARE = ("penalties", "dry")
+
+
 class SamplerChain:
     """One owned ``llama_sampler`` chain. ``sample`` also accepts the token (updates state)."""
 
@@ -229,6 +234,18 @@ class SamplerChain:
 
     def accept(self, token: int) -> None:
         lib.llama_sampler_accept(self.ptr, token)
+
+    def accept_prompt(self, tokens) -> None:
+        """Feed the prompt to every sampler but the grammar, as llama.cpp's completion does: the
+        penalties and DRY then cover the prompt too (the grammar constrains the output only)."""
+        stateful = [i for i, name in enumerate(self.names) if name in PROMPT_AWARE]
+        if not stateful:
+            return
+        chain, accept = self.ptr, lib.llama_sampler_accept
+        samplers = [lib.llama_sampler_chain_get(chain, i) for i in stateful]
+        for token in tokens:
+            for smpl in samplers:
+                accept(smpl, token)
 
     def reset(self) -> None:
         lib.llama_sampler_reset(self.ptr)
