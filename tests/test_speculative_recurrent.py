@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+from near_tie import assert_same_or_near_tie
 from tiny_mamba import write_gguf
 
 ROLLBACKS: list[int] = []
@@ -31,8 +32,8 @@ def test_greedy_identical_with_checkpoint_restores(pair, prompt, n):
     plain, fast = pair
     plain.reset()
     fast.reset()
-    want = list(plain.generate([1] + prompt, max_tokens=n, temperature=0))
-    assert list(fast.generate([1] + prompt, max_tokens=n, temperature=0)) == want
+    got = list(fast.generate([1] + prompt, max_tokens=n, temperature=0))
+    assert_same_or_near_tie(plain, [1] + prompt, got, n)
     assert fast.context.seq_pos_max(0) + 1 == len(fast.tokens)
     ROLLBACKS.append(fast.last_speculative_stats.rollbacks)
 
