@@ -64,15 +64,16 @@ def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], 
     steps = greedy_trace(llm, tokens, n, **sampling)
     want = [s[0] for s in steps]
     if isinstance(got, str):
-        pieces = [llm.tokenizer.piece(t).decode("utf-8", "replace") for t in want]
-        if got == "".join(pieces):
+        if got == b"".join(llm.tokenizer.piece(t) for t in want).decode("utf-8", "replace"):
             return
-        i, done = 0, ""
-        while i < len(pieces) and got.startswith(done + pieces[i]):
+        got_bytes = got.encode("utf-8")
+        pieces = [llm.tokenizer.piece(t) for t in want]
+        i, done = 0, b""
+        while i < len(pieces) and got_bytes.startswith(done + pieces[i]):
             done += pieces[i]
             i += 1
-        runner_up_ok = i < len(steps) and got[len(done):].startswith(
-            llm.tokenizer.piece(steps[i][1]).decode("utf-8", "replace")[:1])
+        runner_up_ok = i < len(steps) and got_bytes[len(done):].startswith(
+            llm.tokenizer.piece(steps[i][1])[:1])
     else:
         if list(got) == want:
             return

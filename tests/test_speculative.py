@@ -290,3 +290,18 @@ def test_bad_config_values(smollm2_path):
 def test_no_amx_in_our_build():
     # ggml's AMX matmul crashes on Q4_1 batches at this pin; the build turns it off (native_build)
     assert lib.ggml_cpu_has_amx_int8() == 0
+
+
+@pytest.mark.parametrize("name", ["ngram-k", "draft"])
+def test_speculation_after_load_state(plain, engines, name):
+    llm = engines[name]
+    llm.reset()
+    llm.eval(llm.tokenize(REPETITIVE))
+    state = llm.save_state()
+    llm.reset()
+    llm("Hello", max_tokens=3, temperature=0)  # the drafter now follows another history
+    llm.load_state(state)
+    got = list(llm.generate(llm.tokens, max_tokens=64, temperature=0))
+    assert_same_or_near_tie(plain, llm.tokenize(REPETITIVE), got, 64)
+    assert llm.last_speculative_stats.accepted_tokens > 0
+    assert _cache_consistent(llm)

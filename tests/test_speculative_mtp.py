@@ -135,3 +135,36 @@ def test_p_min_stops_unconfident_drafts(bigram_model):
             Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False, speculative=cfg) as strict:
         assert_same_or_near_tie(plain, prompt, _generate(strict, prompt, max_tokens=30, temperature=0), 30)
         assert strict.last_speculative_stats.drafted_tokens == 0  # no token is certain
+
+
+def test_load_state_resyncs_the_mtp_cache(bigram_model):
+    """The MTP cache mirrors the target's position by position: after load_state (here with a
+    shorter history in between, which left the MTP cache with a gap) it is fed again."""
+    prompt = [1] + list(range(280, 320))
+    with _mtp(bigram_model) as mtp, Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False) as plain:
+        mtp.eval(prompt)
+        state = mtp.save_state()
+        mtp.reset()
+        mtp([1, 310], max_tokens=1, temperature=0)
+        mtp.load_state(state)
+        got = list(mtp.generate(mtp.tokens, max_tokens=40, temperature=0))
+        assert_same_or_near_tie(plain, prompt, got, 40)
+        stats = mtp.last_speculative_stats
+        assert stats.accepted_tokens == stats.drafted_tokens > 0
+        assert mtp.drafter.n_fed == len(mtp.tokens)
+
+
+def test_parked_mtp_stream_resumes_with_its_hidden_states(bigram_model):
+    prompt = [1, 300, 301, 302, 303]
+    with _mtp(bigram_model) as mtp:
+        want = mtp(prompt, max_tokens=40, temperature=0)["choices"][0]["text"]
+        mtp.reset()
+        stream = mtp(prompt, max_tokens=40, temperature=0, stream=True)
+        head = [next(stream) for _ in range(3)]
+        mtp.reset()
+        mtp([1, 310], max_tokens=2, temperature=0)
+        rest = list(stream)
+        assert "".join(c["choices"][0]["text"] for c in head + rest) == want
+        stats = mtp.last_speculative_stats
+        # parking gives up the pending batch (one rollback); every other draft is accepted
+        assert stats.accepted_tokens > 0 and stats.rollbacks <= 1

@@ -135,6 +135,8 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     if engine.drafter is not None:
         stats = SpeculativeStats(type=engine.speculative.kind.name)
         stepper = SpeculativeStepper(engine, engine.drafter, engine.speculative.max_draft, budget, stats)
+        if lease is not None:
+            lease.settle = stepper.settle
     # Hot loop: names bound to locals once; per token only C calls and a few Python ops.
     sample, is_eog, interrupted = chain.sample, lib.llama_vocab_is_eog, lib.llama_ffi_sigint_pending
     push, feed, ctx_ptr = stream.push, matcher.feed, ctx.ptr

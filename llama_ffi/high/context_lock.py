@@ -73,14 +73,17 @@ class ContextLock:
 
 class Lease:
     """What ``work`` sees of its stream: ``holds_context`` says (in its ``finally``) whether it may
-    still touch the context; false when the stream is closed while parked. Kept apart from the
-    stream so that the work's frame does not reference the stream (no cycle: a dropped stream is
-    closed by reference counting, at once)."""
+    still touch the context; false when the stream is closed while parked. ``settle``, when the
+    work sets it, runs before parking: llama.cpp's state holds the KV cache but not the logits, so
+    work that would read pending logits (a speculative batch's) gives them up there. Kept apart
+    from the stream so that the work's frame does not reference the stream (no cycle: a dropped
+    stream is closed by reference counting, at once)."""
 
-    __slots__ = ("holds_context",)
+    __slots__ = ("holds_context", "settle")
 
     def __init__(self) -> None:
         self.holds_context = False
+        self.settle: Callable[[], None] | None = None
 
 
 class SuspendedStream:
@@ -130,6 +133,8 @@ class SuspendedStream:
 
     def park(self) -> None:
         """Another request takes the context: keep a copy of this stream's state."""
+        if self._lease.settle is not None:
+            self._lease.settle()
         self._parked = self._engine._state_for_parking()
 
     def _end(self) -> None:

@@ -257,15 +257,21 @@ class Llama:
     def _state_for_parking(self) -> tuple:
         """What a suspended stream keeps when another request takes the context: the token list,
         the context's whole state (KV cache and pending logits) and the drafter's own state."""
-        drafter = getattr(self.drafter, "snapshot", None)
-        return list(self.tokens), self.context.state_bytes(), drafter() if drafter else None
+        snapshot = getattr(self.drafter, "snapshot", None)
+        return list(self.tokens), self.context.state_bytes(), snapshot() if snapshot else None
 
     def _restore_parked(self, parked: tuple) -> None:
         tokens, state, drafter_state = parked
         self.context.set_state_bytes(state)
         self.tokens = tokens
-        if drafter_state is not None:
-            self.drafter.restore(drafter_state)
+        self._resync_drafter(tokens, drafter_state)
+
+    def _resync_drafter(self, tokens: list[int], snapshot=None) -> None:
+        """After the target's cache was replaced: a drafter that mirrors it position by position
+        (MTP) is fed again; the others follow the history by themselves at the next draft."""
+        resync = getattr(self.drafter, "resync", None)
+        if resync is not None:
+            resync(tokens, snapshot)
 
     def eval_token(self, token: int) -> int:
         """Append one token to the sequence (the generation fast path: called per token, so it
@@ -526,7 +532,10 @@ class Llama:
                 last_pos = len(tokens) - 1
                 self.context.seq_rm(0, last_pos, -1)
                 last = self.tokens.pop()
+                self._resync_drafter(self.tokens)
                 self._decode([last], last_pos)
+            else:
+                self._resync_drafter([])
 
 
 def _as_list(x) -> list:

@@ -80,6 +80,29 @@ class MtpDrafter:
         self._process()
         self.n_fed = start + n
 
+    # ---- the target's cache replaced (load_state, a parked stream resumed) ----------------------
+    def snapshot(self) -> np.ndarray:
+        """The hidden states of the positions fed so far (what resync needs to be exact)."""
+        return self.hidden[:self.n_fed + 1].copy()
+
+    def resync(self, tokens: list[int], hidden: np.ndarray | None = None) -> None:
+        """The target's cache now holds ``tokens``: feed the MTP cache their pairs again, from
+        ``hidden`` (a snapshot) where given, else from zeros (valid positions, poorer drafts)."""
+        n = len(tokens)
+        self.hidden = np.zeros((max(64, n + 1), self.n_embd), dtype=np.float32)
+        if hidden is not None:
+            rows = min(len(hidden), n + 1)
+            self.hidden[:rows] = hidden[:rows]
+        self.context.clear()
+        self.n_fed = 0
+        step = self.context.n_batch
+        for start in range(0, n, step):
+            self._clear()
+            for pos in range(start, min(n, start + step)):
+                self._add(tokens[pos], pos, self.hidden[pos], output=False)
+            self._process()
+        self.n_fed = n
+
     # ---- drafting ----------------------------------------------------------------------------
     def begin(self, prompt: list[int]) -> None:
         pass  # the prompt's decode went through observe

@@ -83,6 +83,12 @@ class SpeculativeStepper:
         self.draft, self.index = draft, 0
         return 0
 
+    def settle(self) -> None:
+        """Give up the pending batch's outputs (the stream is parked: its logits will be gone):
+        keep what was verified, so the next ``advance`` decodes again."""
+        if self.draft:
+            self._close_batch()
+
     def _close_batch(self) -> None:
         """The walk over the pending batch ended at output ``index``: keep last + the accepted."""
         accepted, drafted = self.index, len(self.draft)
