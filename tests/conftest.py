@@ -48,3 +48,11 @@ def tiny_model_path(tmp_path_factory, tiny_config) -> Path:
     from tiny_llama import write_gguf
 
     return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf", tiny_config)
+
+
+@pytest.fixture(scope="session")
+def llama_completion(tree):
+    """llama.cpp's llama-completion from the pinned tree (built once, kept in build/)."""
+    from tools.native_build import build_reference_tools
+
+    return build_reference_tools(tree, ("llama-completion",)) / "llama-completion"

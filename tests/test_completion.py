@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.completion import StopMatcher
 from llama_ffi.high.tokenizer import TextStream
+import reference_tools
 from conftest import REPO_ROOT
 from near_tie import assert_same_or_near_tie
 
@@ -127,18 +128,45 @@ def test_truncating_to_one_candidate_is_greedy(llm):
     assert sampled(llm, min_p=1.0, min_keep=50) != greedy  # min_keep reaches min-p
 
 
-@pytest.mark.parametrize("change", [
-    dict(temperature=3.0), dict(top_k=3), dict(top_p=0.5), dict(min_p=0.3), dict(typical_p=0.3),
-    dict(xtc_probability=1.0, xtc_threshold=0.05), dict(dynatemp_range=0.9), dict(top_n_sigma=0.5),
-    dict(adaptive_target=0.2), dict(mirostat_mode=1), dict(mirostat_mode=2),
-    dict(repeat_penalty=1.5), dict(frequency_penalty=1.5), dict(presence_penalty=1.5),
-    dict(dry_multiplier=3.0, dry_allowed_length=1), dict(seed=8),
-], ids=lambda d: ",".join(d))
-def test_each_sampler_changes_the_output(llm, change):
-    assert sampled(llm, **change) != sampled(llm)
+# Each parameter with llama-completion's flag for it: a seeded sampled run equals llama.cpp's own
+# (the same sampler chain, order and RNG), and differs from the run without the parameter.
+SAMPLER_FLAGS = {
+    "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
+    "typical_p": "--typical", "xtc_probability": "--xtc-probability", "xtc_threshold": "--xtc-threshold",
+    "dynatemp_range": "--dynatemp-range", "dynatemp_exponent": "--dynatemp-exp",
+    "top_n_sigma": "--top-nsigma", "adaptive_target": "--adaptive-target",
+    "adaptive_decay": "--adaptive-decay", "mirostat_mode": "--mirostat", "mirostat_tau": "--mirostat-ent",
+    "mirostat_eta": "--mirostat-lr", "repeat_penalty": "--repeat-penalty",
+    "frequency_penalty": "--frequency-penalty", "presence_penalty": "--presence-penalty",
+    "penalty_last_n": "--repeat-last-n", "dry_multiplier": "--dry-multiplier", "dry_base": "--dry-base",
+    "dry_allowed_length": "--dry-allowed-length", "dry_penalty_last_n": "--dry-penalty-last-n",
+    "seed": "--seed",
+}
+SAMPLED = dict(max_tokens=24, seed=7, temperature=1.0)
+
+
+# llama.cpp's default sampler order, with adaptive-p in place of dist (our adaptive_target).
+ADAPTIVE_SAMPLERS = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature;adaptive_p"
+
+
+def completion_flags(kwargs: dict) -> list[str]:
+    flags = ["--samplers", ADAPTIVE_SAMPLERS] if "adaptive_target" in kwargs else []
+    for name, value in kwargs.items():
+        if name == "dry_sequence_breakers":
+            for b in value:
+                flags += ["--dry-sequence-breaker", b]
+        elif name != "max_tokens":
+            flags += [SAMPLER_FLAGS[name], str(value)]
+    return flags
 
 
 @pytest.mark.parametrize("on, change", [
+    ({}, dict(temperature=3.0)), ({}, dict(top_k=3)), ({}, dict(top_p=0.5)), ({}, dict(min_p=0.3)),
+    ({}, dict(typical_p=0.3)), ({}, dict(xtc_probability=1.0, xtc_threshold=0.05)),
+    ({}, dict(dynatemp_range=0.9)), ({}, dict(top_n_sigma=0.5)), ({}, dict(adaptive_target=0.2)),
+    ({}, dict(mirostat_mode=1)), ({}, dict(mirostat_mode=2)), ({}, dict(repeat_penalty=1.5)),
+    ({}, dict(frequency_penalty=1.5)), ({}, dict(presence_penalty=1.5)),
+    ({}, dict(dry_multiplier=3.0, dry_allowed_length=1)), ({}, dict(seed=8)),
     (dict(dynatemp_range=0.9), dict(dynatemp_exponent=4.0)),
     (dict(xtc_probability=1.0, xtc_threshold=0.05), dict(xtc_threshold=0.3)),
     (dict(mirostat_mode=2), dict(mirostat_tau=1.0)),
@@ -150,9 +178,16 @@ def test_each_sampler_changes_the_output(llm, change):
     (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_allowed_length=4)),
     (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_penalty_last_n=0)),
     (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_sequence_breakers=[" ", ","])),
-], ids=lambda d: ",".join(d))
-def test_each_secondary_parameter_changes_the_output(llm, on, change):
-    assert sampled(llm, **{**on, **change}) != sampled(llm, **on)
+], ids=lambda d: ",".join(d) or "defaults")
+def test_each_sampler_parameter_matches_llama_completion(llm, llama_completion, smollm2_path, on, change):
+    kwargs = {**SAMPLED, **on, **change}
+    want = reference_tools.completion(llama_completion, smollm2_path, STORY, SAMPLED["max_tokens"],
+                                      llm.context.n_ctx, completion_flags(kwargs))
+    llm.reset()  # a fresh context, as llama-completion's
+    got = text_of(llm(STORY, **kwargs))
+    assert got.rstrip("\n") == want  # the reference's trailing newlines are stripped
+    llm.reset()
+    assert got != text_of(llm(STORY, **{**SAMPLED, **on}))  # the parameter has an effect here
 
 
 def test_logit_bias_forces_and_bans(llm):
@@ -247,7 +282,8 @@ def test_invalid_grammar_gives_the_parser_message(llm):
     undefined = LlamaGrammar.from_string("root ::= thing")
     with pytest.raises(ValueError, match="thing"):
         llm("x", max_tokens=2, grammar=undefined)
-    assert text_of(llm("x", max_tokens=2, temperature=0.0)) is not None
+    out = llm("x", max_tokens=2, temperature=0.0)  # still usable after the refusals
+    assert out["usage"]["completion_tokens"] == 2 and out["choices"][0]["text"]
 
 
 def test_logits_processor_sees_a_zero_copy_view(llm):
@@ -519,3 +555,20 @@ def test_greedy_argmax_is_the_first_maximum(llm, values, top, n_vocab):
         logits[top % n_vocab] += 0.5 * (top % 3)  # sometimes a unique maximum, sometimes ties
         want = int(np.argmax(logits[:n_vocab]))
         assert lib.llama_ffi_argmax(llm.context.ptr, -1, n_vocab, ffi.NULL, ffi.NULL, 0) == want
+
+
+def test_tokens_the_model_suppresses_are_never_sampled(tmp_path):
+    """tokenizer.ggml.suppress_tokens joins the logit biases (-inf), as in llama.cpp's sampler."""
+    import gguf_corpus
+
+    prompt = [1, 300, 301, 302]
+    with Llama(gguf_corpus.write_parts(tmp_path / "plain.gguf", gguf_corpus.clean_parts()),
+               n_ctx=64, progress=False) as plain:
+        first = plain(prompt, max_tokens=1, temperature=0.0)
+        banned = plain.tokenize(first["choices"][0]["text"], add_bos=False)[-1]
+    parts = gguf_corpus.clean_parts()
+    parts.kv["tokenizer.ggml.suppress_tokens"] = ([banned], "ARRAY:INT32")
+    with Llama(gguf_corpus.write_parts(tmp_path / "suppress.gguf", parts), n_ctx=64, progress=False) as llm:
+        for kw in (dict(temperature=0.0), dict(temperature=1.5, seed=3, top_k=0, min_p=0.0, top_p=1.0)):
+            out = list(llm.generate(prompt, max_tokens=24, **kw))
+            assert banned not in out, kw

@@ -3,10 +3,9 @@ greedy output equals ``llama-completion`` from the pinned tree with the same set
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
+import reference_tools
 from llama_ffi.high import Llama
 
 PROMPTS = [
@@ -29,21 +28,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="session")
-def llama_completion(tree):
-    from tools.native_build import build_reference_tools
-
-    return build_reference_tools(tree, ("llama-completion",)) / "llama-completion"
-
-
-def reference(binary, model, prompt: str, flags: list[str]) -> str:
-    cmd = [str(binary), "-m", str(model), "-p", prompt, "-n", str(N_PREDICT), "-c", str(N_CTX),
-           "--temp", "0", "-no-cnv", "--no-display-prompt", "--simple-io", "-t", "2", "--no-warmup", *flags]
-    out = subprocess.run(cmd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
-    return out.stdout.decode("utf-8", "replace").rstrip("\n").removesuffix(" [end of text]").rstrip("\n")
-
-
 @pytest.fixture(scope="module")
 def llm(smollm2_path):
     with Llama(smollm2_path, n_ctx=N_CTX, n_threads=2, progress=False) as model:
@@ -54,7 +38,8 @@ def llm(smollm2_path):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_penalised_greedy_output_equals_llama_completion(llm, llama_completion, smollm2_path, case, prompt):
     kwargs, flags = CASES[case]
-    want = reference(llama_completion, smollm2_path, prompt, flags)
+    want = reference_tools.completion(llama_completion, smollm2_path, prompt, N_PREDICT, N_CTX,
+                                      ["--temp", "0", *flags])
     llm.reset()  # a fresh context, as llama-completion's
     got = llm(prompt, max_tokens=N_PREDICT, temperature=0.0, **kwargs)["choices"][0]["text"]
     assert got.rstrip("\n") == want

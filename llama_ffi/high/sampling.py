@@ -83,13 +83,25 @@ class SamplingParams:
 
 # ---- one function per sampler: (params, vocab, n_vocab, keep) -> llama_sampler* or None -----
 
+def biases(p: SamplingParams, vocab) -> list[tuple[int, float]]:
+    """The user's logit biases, then the tokens the model suppresses (-inf), as llama.cpp's
+    common sampler merges them."""
+    out = list((p.logit_bias or {}).items())
+    if vocab is not None:
+        n = ffi.new("int32_t *")
+        suppressed = lib.llama_vocab_get_suppress_tokens(vocab, n)
+        out += [(suppressed[i], -float("inf")) for i in range(n[0])]
+    return out
+
+
 def logit_bias(p: SamplingParams, vocab, n_vocab: int, keep: list):
-    if not p.logit_bias:
+    pairs = biases(p, vocab)
+    if not pairs:
         return None
-    arr = ffi.new("llama_logit_bias[]", len(p.logit_bias))
-    for i, (tok, bias) in enumerate(p.logit_bias.items()):
+    arr = ffi.new("llama_logit_bias[]", len(pairs))
+    for i, (tok, bias) in enumerate(pairs):
         arr[i].token, arr[i].bias = tok, bias
-    return lib.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr)
+    return lib.llama_sampler_init_logit_bias(n_vocab, len(pairs), arr)
 
 
 def penalties(p: SamplingParams, vocab, n_vocab: int, keep: list):
@@ -174,7 +186,7 @@ class SamplerChain:
 
     def __init__(self, params: SamplingParams, vocab, n_vocab: int, n_ctx: int, grammar=None) -> None:
         params.validate(n_vocab)
-        self._greedy_bias = self._fast_greedy(params, grammar)
+        self._greedy_bias = self._fast_greedy(params, grammar, vocab)
         # -1 means "the whole context" for both penalty windows (llama.cpp itself reads -1 as 0).
         params = dataclasses.replace(
             params,
@@ -194,7 +206,7 @@ class SamplerChain:
             self._add(fn(params, vocab, n_vocab, self._keep), getattr(fn, "__name__", "select"))
 
     @staticmethod
-    def _fast_greedy(params: SamplingParams, grammar):
+    def _fast_greedy(params: SamplingParams, grammar, vocab):
         """For plain greedy decoding (optionally with a logit bias) the chain is an argmax: done
         in one C pass over the logits, it skips building llama.cpp's n_vocab candidate array for
         every token. Returns (token ids, biases, count) or None when the chain is needed."""
@@ -202,9 +214,9 @@ class SamplerChain:
             return None
         if params.dry_multiplier != 0.0:
             return None
-        bias = params.logit_bias or {}
-        return (ffi.new("int32_t[]", list(bias.keys())), ffi.new("float[]", list(bias.values())),
-                len(bias))
+        pairs = biases(params, vocab)
+        return (ffi.new("int32_t[]", [t for t, _ in pairs]), ffi.new("float[]", [b for _, b in pairs]),
+                len(pairs))
 
     def _add(self, smpl, name: str) -> None:
         if smpl is None:
