@@ -5,7 +5,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import os
+
 import pytest
+from hypothesis import settings
+
+# Hypothesis runs derandomised by default (the README's test command, CI): a red run reproduces
+# with the same examples. HYPOTHESIS_PROFILE=explore draws new examples each run.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:

@@ -34,12 +34,21 @@ def test_truncated_gguf_gives_llama_cpps_reason(smollm2_path, tmp_path):
     assert len(str(err.value)) > len(f"llama.cpp could not load {path}: ") + 10  # a reason, not nothing
 
 
-def test_bad_constructor_parameters_are_refused_before_loading(smollm2_path):
-    for bad in (dict(n_ctx=-1), dict(n_batch=0), dict(n_threads="4"), dict(seed=-5),
-                dict(type_k="q9_9"), dict(flash_attn="yes"), dict(n_seq_max=10_000),
-                dict(n_batch=64, n_ubatch=128), dict(n_batch=16, n_seq_max=32), dict(kv_overrides={"k": object()})):
-        with pytest.raises((ValueError, TypeError)):
-            Llama(smollm2_path, **bad)
+@pytest.mark.parametrize("bad, error, message", [
+    (dict(n_ctx=-1), ValueError, r"n_ctx must be >= 0, got -1"),
+    (dict(n_batch=0), ValueError, r"n_batch must be >= 1, got 0"),
+    (dict(n_threads="4"), TypeError, r"n_threads must be an int, got str"),
+    (dict(seed=-5), ValueError, r"seed must be an int in 0\.\.0xFFFFFFFF, got -5"),
+    (dict(type_k="q9_9"), ValueError, r"type_k: unknown ggml type 'q9_9'"),
+    (dict(flash_attn="yes"), TypeError, r"flash_attn must be a bool, got str"),
+    (dict(n_seq_max=10_000), ValueError, r"n_seq_max must be <= 256, got 10000"),
+    (dict(n_batch=64, n_ubatch=128), ValueError, r"n_ubatch \(128\) must not exceed n_batch \(64\)"),
+    (dict(n_batch=16, n_seq_max=32), ValueError, r"n_seq_max \(32\) must not exceed n_batch \(16\)"),
+    (dict(kv_overrides={"k": object()}), TypeError, r"kv_overrides\['k'\] must be bool, int, float or str"),
+])
+def test_bad_constructor_parameters_are_refused_before_loading(smollm2_path, bad, error, message):
+    with pytest.raises(error, match=message):
+        Llama(smollm2_path, **bad)
 
 
 def test_prompt_longer_than_context_names_both_lengths(llm):
@@ -51,8 +60,12 @@ def test_prompt_longer_than_context_names_both_lengths(llm):
 
 
 def test_tokens_outside_the_vocabulary(llm):
-    for tokens in ([1, llm.n_vocab], [-1], [1, 2.5]):
-        with pytest.raises((ValueError, TypeError), match="token"):
+    n = llm.n_vocab
+    for tokens, error, message in (
+            ([1, n], ValueError, rf"token 1 \({n}\) is outside the vocabulary \(0\.\.{n - 1}\)"),
+            ([-1], ValueError, r"token 0 \(-1\) is outside the vocabulary"),
+            ([1, 2.5], TypeError, r"token")):
+        with pytest.raises(error, match=message):
             llm(tokens, max_tokens=2)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         llm.detokenize([llm.n_vocab + 5])
@@ -61,15 +74,15 @@ def test_tokens_outside_the_vocabulary(llm):
 
 
 def test_bad_types(llm):
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="str or bytes"):
         llm.tokenize(123)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="max_tokens must be an int or None"):
         llm("x", max_tokens="10")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="stop must be str or a list of str, got int"):
         llm("x", stop=[1])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="grammar must be a LlamaGrammar"):
         llm("x", grammar='root ::= "a"')
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"logprobs must be an int in 0\.\.n_vocab, got -1"):
         llm("x", logprobs=-1)
 
 

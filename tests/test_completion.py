@@ -258,6 +258,31 @@ def test_logprobs(llm):
     assert lp["text_offset"][0] == 0
 
 
+def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
+    """Against numpy: the prompt and the generated tokens evaluated again in one batch, a log-softmax
+    in float64 per position (tolerance: the batch-vs-single logit gap near_tie measures)."""
+    import near_tie
+
+    prompt = llm.tokenize("The capital of France is", special=True)
+    llm.reset()
+    out = llm(prompt, max_tokens=6, temperature=0.7, seed=3, logprobs=4)
+    lp = out["choices"][0]["logprobs"]
+    generated = list(llm.tokens[len(prompt):])  # all but the last generated token are decoded
+    assert len(generated) == 5
+    llm.reset()
+    llm._decode(prompt + generated, 0, logits="all")
+    tolerance = 2 * near_tie._gap(llm.model_path, max(llm.context.n_ctx, 128)) + 1e-3
+    for i, (piece, val, top) in enumerate(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])):
+        logits = llm.context.logits(len(prompt) - 1 + i).astype(np.float64)
+        want = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+        candidates = [generated[i]] if i < len(generated) else [
+            t for t in range(llm.n_vocab) if llm.tokenizer.piece(t).decode("utf-8", "replace") == piece]
+        assert any(val == pytest.approx(want[t], abs=tolerance) for t in candidates), (i, val)
+        best = np.argsort(-want)[:4]
+        assert list(top.values()) == pytest.approx(list(want[best]), abs=tolerance)
+        assert list(top) == [llm.tokenizer.piece(int(t)).decode("utf-8", "replace") for t in best]
+
+
 def test_grammar_constrains_output(llm):
     yes_no = LlamaGrammar.from_string('root ::= "yes" | "no"')
     for seed in range(3):
@@ -391,11 +416,18 @@ def test_garbage_collection_frees(smollm2_path):
     import gc
     import weakref
 
+    from llama_ffi import ffi
+
     m = Llama(smollm2_path, n_ctx=64, progress=False)
     ref = weakref.ref(m)
-    del m
+    model, context = m._model, m._context
+    stream = m("Once upon a time", max_tokens=8, stream=True)
+    next(stream)  # a suspended stream holds the Llama too
+    del m, stream
+    assert ref() is None  # by reference counting, at once: no cycle keeps it
     gc.collect()
-    assert ref() is None
+    # the owners freed their C objects (pointers cleared by close), not just dropped Python names
+    assert model.closed and context._ptr == ffi.NULL
 
 
 def test_two_threads_on_one_llama_are_serialised(llm):

@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from llama_ffi.high import Llama
+from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.chat.reasoning import split_reasoning
 from llama_ffi.high.chat.tools import parse_tool_calls
 
@@ -80,15 +80,29 @@ def test_streaming_tool_calls(llm):
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+def _written(text: str):
+    """A grammar that makes the model write exactly ``text`` (what it says is then known)."""
+    return LlamaGrammar.from_string("root ::= " + json.dumps(text))
+
+
 def test_auto_without_a_call_is_plain_content(llm):
     out = llm.create_chat_completion([{"role": "user", "content": "Say hello."}], tools=[WEATHER],
+                                     tool_choice="auto", grammar=_written("Hello there."),
                                      temperature=0, max_tokens=24)
     message = out["choices"][0]["message"]
-    if "tool_calls" in message:  # the model may call; then it must be a valid one
-        for call in message["tool_calls"]:
-            jsonschema.validate(_args(call), WEATHER["function"]["parameters"])
-    else:
-        assert isinstance(message["content"], str)
+    assert message == {"role": "assistant", "content": "Hello there."}
+    assert out["choices"][0]["finish_reason"] == "stop"
+
+
+def test_auto_with_a_call_in_the_reply_returns_it(llm):
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>'
+    out = llm.create_chat_completion(ASK, tools=[WEATHER], tool_choice="auto", grammar=_written(call),
+                                     temperature=0, max_tokens=64)
+    message = out["choices"][0]["message"]
+    assert out["choices"][0]["finish_reason"] == "tool_calls"
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    assert _args(message["tool_calls"][0]) == {"city": "Oslo", "unit": "celsius"}
+    assert not message.get("content")
 
 
 @pytest.mark.parametrize("text, content", [

@@ -32,7 +32,7 @@ class ContextLock:
 
     def __init__(self, engine) -> None:
         self._lock = threading.Lock()
-        self._engine = engine
+        self._engine = weakref.ref(engine)  # the engine owns this lock: no cycle, freed at once
         # The stream whose state is in the context, weakly: a stream the user drops is closed
         # at once (its state is never copied for nothing).
         self._suspended: weakref.ref | None = None
@@ -68,7 +68,7 @@ class ContextLock:
 
     def stream(self, work: Callable[["Lease"], Iterator[T]]) -> Iterator[T]:
         """Iterate ``work(lease)`` item by item, holding the lock only inside each ``next``."""
-        return SuspendedStream(self, self._engine, work)
+        return SuspendedStream(self, self._engine(), work)
 
 
 class Lease:
