@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-
-import os
 
 import pytest
 from hypothesis import settings
