@@ -84,3 +84,24 @@ def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], 
     assert steps[i][2] < limit and runner_up_ok, (
         f"diverged at token {i} where the reference's top-2 margin is {steps[i][2]:.4f} "
         f"(bound {limit:.4f}, runner-up taken: {runner_up_ok})")
+
+
+def assert_same_or_sampling_flip(llm, prompt: list[int], got: list[int], want: list[int],
+                                 temperature: float) -> None:
+    """Two seeded sampled runs (``want`` plain, ``got`` another batch shape) draw the same random
+    numbers, so they agree unless different logits move a draw across a boundary between two
+    candidates. Accepted only where this machine's batched and single logits differ at all, and
+    where both tokens at the first difference are real candidates of the plain distribution."""
+    if got == want:
+        return
+    gap = _gap(llm.model_path, max(llm.context.n_ctx, 128))
+    assert gap > 0, "sampled outputs differ although batched and single logits are identical here"
+    i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    assert i < min(len(got), len(want)), f"outputs differ in length only: {got!r} vs {want!r}"
+    llm.reset()
+    llm.eval_prompt(list(prompt) + list(want[:i]))  # the distribution token i was drawn from
+    logits = llm.context.logits(-1).astype(np.float64)
+    p = np.exp((logits - logits.max()) / temperature)
+    p /= p.sum()
+    assert min(p[want[i]], p[got[i]]) > 1e-3, (
+        f"diverged at token {i}: p(plain's {want[i]}) = {p[want[i]]:.2e}, p(other's {got[i]}) = {p[got[i]]:.2e}")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
-from near_tie import assert_same_or_near_tie
+from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
 from tiny_mamba import write_gguf
 
 ROLLBACKS: list[int] = []
@@ -50,4 +50,5 @@ def test_seeded_sampling_identical(pair):
     kw = dict(max_tokens=64, temperature=0.8, seed=5)
     plain.reset()
     fast.reset()
-    assert list(fast.generate(prompt, **kw)) == list(plain.generate(prompt, **kw))
+    got, want = list(fast.generate(prompt, **kw)), list(plain.generate(prompt, **kw))
+    assert_same_or_sampling_flip(plain, prompt, got, want, 0.8)
