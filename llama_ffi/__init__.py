@@ -28,6 +28,19 @@ _logging.install()
 lib.llama_backend_init()
 
 
+# llama-cpp-python's top-level names (``from llama_cpp import Llama`` becomes ``from llama_ffi
+# import Llama``), imported on first use so that ``import llama_ffi`` stays the raw binding.
+_HIGH_LEVEL = {"Llama", "LlamaGrammar", "LlamaEmbedding", "LlamaState"}
+
+
+def __getattr__(name: str):
+    if name in _HIGH_LEVEL:
+        import llama_ffi.high as high
+
+        return getattr(high, name)
+    raise AttributeError(f"module 'llama_ffi' has no attribute {name!r}")
+
+
 def build_info() -> dict[str, object]:
     """What this module was built from and what the loaded libraries report."""
     return {

@@ -38,7 +38,7 @@ def test_truncated_gguf_gives_llama_cpps_reason(smollm2_path, tmp_path):
     (dict(n_ctx=-1), ValueError, r"n_ctx must be >= 0, got -1"),
     (dict(n_batch=0), ValueError, r"n_batch must be >= 1, got 0"),
     (dict(n_threads="4"), TypeError, r"n_threads must be an int, got str"),
-    (dict(seed=-5), ValueError, r"seed must be an int in 0\.\.0xFFFFFFFF, got -5"),
+    (dict(seed=-5), ValueError, r"seed must be an int in 0\.\.0xFFFFFFFF \(or -1: random\), got -5"),
     (dict(type_k="q9_9"), ValueError, r"type_k: unknown ggml type 'q9_9'"),
     (dict(flash_attn="yes"), TypeError, r"flash_attn must be a bool, got str"),
     (dict(n_seq_max=10_000), ValueError, r"n_seq_max must be <= 256, got 10000"),

@@ -201,7 +201,7 @@ def test_logit_bias_forces_and_bans(llm):
 
 @pytest.mark.parametrize("bad", [
     dict(top_p=1.5), dict(min_p=-0.1), dict(temperature=float("nan")), dict(mirostat_mode=3),
-    dict(xtc_probability=2.0), dict(seed=-1), dict(logit_bias={10**9: 1.0}), dict(penalty_last_n=-2),
+    dict(xtc_probability=2.0), dict(seed=-2), dict(logit_bias={10**9: 1.0}), dict(penalty_last_n=-2),
     dict(dry_sequence_breakers="abc"), dict(adaptive_decay=1.5),
 ])
 def test_out_of_range_sampler_parameters_are_refused(llm, bad):
@@ -211,8 +211,12 @@ def test_out_of_range_sampler_parameters_are_refused(llm, bad):
 
 
 def test_unknown_sampler_parameter_is_refused(llm):
-    with pytest.raises(TypeError, match="tfs_z"):
+    with pytest.raises(TypeError, match="unknown sampling parameter.*: top_q"):
+        llm(STORY, max_tokens=2, top_q=0.5)
+    # removed from llama.cpp: accepted at its "off" value (llama-cpp-python's default), else refused
+    with pytest.raises(ValueError, match="tfs_z=0.5 is not supported: tail-free sampling was removed"):
         llm(STORY, max_tokens=2, tfs_z=0.5)
+    assert text_of(llm(STORY, max_tokens=2, temperature=0.0, tfs_z=1.0, penalize_nl=True))
 
 
 # ---- stop strings, logprobs, grammar, processors, criteria -----------------------------------------

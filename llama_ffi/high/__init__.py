@@ -1,5 +1,6 @@
 """High-level API: ``Llama`` (completion), ``LlamaGrammar``, sampling parameters, tokenizer."""
 
+from llama_ffi.high.compat import LlamaState
 from llama_ffi.high.context import Context, ContextParams, DecodeError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.llama import Llama, LlamaEmbedding
@@ -7,5 +8,5 @@ from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.tokenizer import Tokenizer
 
-__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding", "LlamaGrammar", "Model",
-           "ModelParams", "SamplingParams", "Tokenizer"]
+__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding", "LlamaGrammar", "LlamaState",
+           "Model", "ModelParams", "SamplingParams", "Tokenizer"]

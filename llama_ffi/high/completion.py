@@ -146,7 +146,8 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     produced = 0
     run = None
     try:
-        if not (processors or criteria or want_logprobs or stepper) and chain.greedy_bias is not None:
+        if (not (processors or criteria or want_logprobs or stepper) and chain.greedy_bias is not None
+                and not getattr(engine, "_logits_all", False)):
             run = GreedyRun(engine, budget, chain)  # greedy: decode in runs, one C call each
             sample, advance = run.sample, run.advance
         engine.eval_prompt(prompt)

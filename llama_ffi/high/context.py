@@ -53,6 +53,9 @@ class ContextParams:
     embeddings: bool | None = None
     pooling_type: int | None = None
     offload_kqv: bool | None = None
+    op_offload: bool | None = None
+    swa_full: bool | None = None
+    attention_type: int | None = None
     kv_unified: bool | None = None
     no_perf: bool | None = None       # False: llama.cpp keeps timings (llama_perf_context)
     n_outputs_max_per_seq: int | None = None  # backend sampling: outputs per sequence and decode
@@ -90,7 +93,10 @@ class ContextParams:
         if self.flash_attn is not None:
             cp.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flag("flash_attn", self.flash_attn)
                                   else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-        for name in ("embeddings", "offload_kqv", "kv_unified", "no_perf"):
+        if self.attention_type is not None:
+            cp.attention_type = integer("attention_type", self.attention_type,
+                                        lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED, lib.LLAMA_ATTENTION_TYPE_NON_CAUSAL)
+        for name in ("embeddings", "offload_kqv", "op_offload", "swa_full", "kv_unified", "no_perf"):
             value = getattr(self, name)
             if value is not None:
                 setattr(cp, name, flag(name, value))

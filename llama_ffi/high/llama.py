@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from llama_ffi import ffi, lib
-from llama_ffi.high import completion, embedding
+from llama_ffi.high import compat, completion, embedding
+from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
 from llama_ffi.high.context_lock import ContextLock
@@ -62,16 +63,39 @@ class Llama:
         progress: bool | None = None,
         speculative: SpecConfig | None = None,
         verbose: bool = False,
+        # llama-cpp-python's names (docs/llama-cpp-python.md)
+        embedding: bool | None = None,
+        chat_format: str | None = None,
+        chat_handler=None,
+        logits_all: bool = False,
+        last_n_tokens_size: int = 64,
+        split_mode: int | None = None,
+        main_gpu: int | None = None,
+        tensor_split: Sequence[float] | None = None,
+        offload_kqv: bool | None = None,
+        op_offload: bool | None = None,
+        swa_full: bool | None = None,
+        attention_type: int | None = None,
+        numa: bool | int = False,
+        load_mtp: bool | None = None,
+        **legacy,
     ) -> None:
         self._closed = True
         self.verbose = verbose
+        legacy_options = compat.init_options(legacy)
+        type_k = legacy_options.get("type_k", type_k)
+        type_v = legacy_options.get("type_v", type_v)
+        if embedding is not None:
+            embeddings = embeddings or flag("embedding", embedding)
+        self.chat_format, self.chat_handler = chat_format, chat_handler
+        self._logits_all = flag("logits_all", logits_all)
+        self.last_n_tokens_size = integer("last_n_tokens_size", last_n_tokens_size, -1)
+        _init_numa(numa)
         if speculative is not None and not isinstance(speculative, SpecConfig):
             raise TypeError("speculative must be a SpecConfig")
         if verbose:
             _enable_verbose_logging()
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 0xFFFFFFFF:
-            raise ValueError(f"seed must be an int in 0..0xFFFFFFFF, got {seed!r}")
-        self.seed = seed
+        self.set_seed(seed)
         cparams = ContextParams(
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
             n_threads_batch=n_threads_batch, rope_scaling_type=rope_scaling_type,
@@ -79,7 +103,8 @@ class Llama:
             yarn_ext_factor=yarn_ext_factor, yarn_attn_factor=yarn_attn_factor,
             yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx,
             type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
-            pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf, kv_unified=kv_unified)
+            pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf, kv_unified=kv_unified,
+            offload_kqv=offload_kqv, op_offload=op_offload, swa_full=swa_full, attention_type=attention_type)
         batch_size = cparams.to_c().n_batch  # validate everything before the (slow) model load
         if speculative is not None:
             speculative.validate(batch_size)
@@ -89,8 +114,9 @@ class Llama:
         builtin_mtp = (speculative is not None and speculative.kind == SpeculativeType.DRAFT_MTP
                        and speculative.draft_model_path is None)
         self._model = Model(model_path, ModelParams(
-            n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only,
-            kv_overrides=kv_overrides, progress=progress, load_mtp=builtin_mtp))
+            n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu, tensor_split=tensor_split,
+            use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only, kv_overrides=kv_overrides,
+            progress=progress, load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp)))
         self.tokenizer = Tokenizer(self._model)
         self._context: Context | None = None
         self._batch: Batch | None = None
@@ -115,6 +141,7 @@ class Llama:
         # Serialises requests; a stream holds it per chunk only (see context_lock).
         self.lock = ContextLock(self)
         self.tokens: list[int] = []          # what the KV cache of sequence 0 holds
+        self._score_rows: np.ndarray | None = None  # logits_all: the logits of every cached position
         self.n_evaluated = 0                 # tokens decoded so far (prefix reuse shows here)
         self._one = ffi.new("llama_token[1]")
         # A one-token batch over _one, built once: eval_token only rewrites the token.
@@ -156,19 +183,72 @@ class Llama:
         return self._context
 
     # ---- facts -------------------------------------------------------------------------------------
+    # n_ctx, n_vocab, n_embd: ints that can be called too (llama-cpp-python's methods)
     @property
-    def n_ctx(self) -> int:
-        return self.context.n_ctx
+    def n_ctx(self) -> compat.CallableInt:
+        return compat.CallableInt(self.context.n_ctx)
 
     @property
-    def n_vocab(self) -> int:
+    def n_vocab(self) -> compat.CallableInt:
         self._check_open()
-        return self._model.n_vocab
+        return compat.CallableInt(self._model.n_vocab)
 
     @property
-    def n_embd(self) -> int:
+    def n_embd(self) -> compat.CallableInt:
         self._check_open()
-        return self._model.n_embd
+        return compat.CallableInt(self._model.n_embd)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens in the KV cache (llama-cpp-python's name)."""
+        return len(self.tokens)
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        """The tokens in the KV cache as an ``intc`` array (llama-cpp-python's name)."""
+        return np.asarray(self.tokens, dtype=np.intc)
+
+    @property
+    def scores(self) -> np.ndarray:
+        """(n_tokens, n_vocab) logits of the cached positions, as llama-cpp-python keeps them:
+        every row with ``logits_all=True``; otherwise only the last row (the others zero)."""
+        n = len(self.tokens)
+        out = np.zeros((n, self.n_vocab), dtype=np.single)
+        if self._logits_all and self._score_rows is not None:
+            k = min(n, len(self._score_rows))
+            out[:k] = self._score_rows[:k]
+        elif n:
+            out[-1] = self.logits()
+        return out
+
+    def _record_scores(self, start: int, n: int, all_rows: bool) -> None:
+        rows = self._score_rows
+        if rows is None or len(rows) < start + n:
+            grown = np.zeros((max(start + n, 2 * (0 if rows is None else len(rows))), self.n_vocab),
+                             dtype=np.single)
+            if rows is not None:
+                grown[:len(rows)] = rows
+            self._score_rows = rows = grown
+        for k in range(n if all_rows else 1):
+            i = k if all_rows else -1
+            rows[start + (k if all_rows else n - 1)] = self.context.logits(i)
+
+    def set_seed(self, seed: int) -> None:
+        """The default seed of later requests (-1 or LLAMA_DEFAULT_SEED: a random one)."""
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed <= 0xFFFFFFFF:
+            raise ValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
+        self.seed = compat.seed_value(seed)
+
+    def set_cache(self, cache) -> None:
+        """llama-cpp-python's prompt cache: ``None`` only. The KV cache of the last request is
+        always reused for a shared prefix; keep more with ``save_state`` / ``load_state``."""
+        if cache is not None:
+            raise NotImplementedError("set_cache: a prompt cache object is not supported; the last "
+                                      "prompt's KV cache is reused automatically, and save_state() / "
+                                      "load_state() keep others")
+
+    def pooling_type(self) -> int:
+        return lib.llama_pooling_type(self.context.ptr)
 
     @property
     def n_ctx_train(self) -> int:
@@ -207,9 +287,15 @@ class Llama:
         self._check_open()
         return self.tokenizer.tokenize(text, add_bos, special)
 
-    def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        """The text of ``tokens``; after ``prev_tokens`` when given (a leading space that only
+        exists at the start of a text is then kept or dropped as in the whole text)."""
         self._check_open()
-        return self.tokenizer.detokenize(tokens, special)
+        if not prev_tokens:
+            return self.tokenizer.detokenize(tokens, special)
+        head = self.tokenizer.detokenize(list(prev_tokens), special)
+        return self.tokenizer.detokenize(list(prev_tokens) + list(tokens), special)[len(head):]
 
     # ---- evaluation ----------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -224,6 +310,8 @@ class Llama:
 
     def _decode(self, tokens: Sequence[int], start: int, logits: str = "last") -> None:
         ctx, batch = self.context, self._batch
+        if self._logits_all:
+            logits = "all"
         step = batch.capacity
         for i in range(0, len(tokens), step):
             part = tokens[i:i + step]
@@ -234,6 +322,8 @@ class Llama:
                 raise
             if self._on_decoded is not None:
                 self._on_decoded(part, start + i)
+            if self._logits_all:
+                self._record_scores(start + i, len(part), logits == "all")
             self.tokens.extend(part)
             self.n_evaluated += len(part)
 
@@ -287,6 +377,8 @@ class Llama:
                 raise
         if self._on_decoded is not None:
             self._on_decoded([token], len(self.tokens))
+        if self._logits_all:
+            self._record_scores(len(self.tokens), 1, False)
         self.tokens.append(token)
         self.n_evaluated += 1
         return -1
@@ -324,22 +416,35 @@ class Llama:
         """Zero-copy view of the logits of the last evaluated token."""
         return self.context.logits(-1)
 
-    def sample(self, **sampling) -> int:
-        """Sample one token from the last logits with a fresh sampler chain."""
+    def sample(self, *, grammar: LlamaGrammar | None = None, logits_processor=None,
+               idx: int | None = None, **sampling) -> int:
+        """Sample one token with a fresh sampler chain from the logits of the last evaluated
+        token (``idx``: of that cached position, with ``logits_all=True``)."""
+        compat.completion_options(sampling)
         with self.lock:
             params = self._sampling_params(**sampling)
-            chain = SamplerChain(params, self._model.vocab_ptr, self.n_vocab, self.n_ctx)
+            chain = SamplerChain(params, self._model.vocab_ptr, self.n_vocab, self.n_ctx, grammar)
             try:
-                for t in self.tokens[-max(params.penalty_last_n, 0):] if params.penalty_last_n else []:
-                    chain.accept(t)
-                return chain.sample(self.context.ptr, -1)
+                chain.accept_prompt(self.tokens)
+                output = -1
+                if idx is not None and idx != len(self.tokens) - 1:
+                    raise ValueError(f"idx={idx}: only the last evaluated position ({len(self.tokens) - 1}) "
+                                     "has logits in the context; read others from llm.scores")
+                for proc in _as_list(logits_processor):
+                    logits = self.context.logits(output)
+                    np.copyto(logits, proc(self.input_ids, logits))
+                return chain.sample(self.context.ptr, output)
             finally:
                 chain.close()
 
     def generate(self, tokens: Sequence[int], *, grammar: LlamaGrammar | None = None,
                  logits_processor=None, stopping_criteria=None, max_tokens: int | None = None,
-                 **sampling) -> Iterator[int]:
-        """Token iterator: evaluates ``tokens`` then yields sampled tokens until EOG / full context."""
+                 reset: bool = True, **sampling) -> Iterator[int]:
+        """Token iterator: evaluates ``tokens`` then yields sampled tokens until EOG / full context.
+        ``reset=False`` continues after what the cache holds (``tokens`` follow it)."""
+        compat.completion_options(sampling)
+        if not flag("reset", reset):
+            tokens = self.tokens + list(tokens)
         settings = completion.GenerationSettings(
             max_tokens=max_tokens, stop=[], sampling=self._sampling_params(**sampling),
             grammar=grammar, logits_processor=_as_list(logits_processor),
@@ -355,6 +460,7 @@ class Llama:
 
     # ---- completion ------------------------------------------------------------------------------------
     def _sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
+        kw.setdefault("penalty_last_n", self.last_n_tokens_size)
         mirostat = kw.pop("mirostat", None)
         if mirostat is not None:
             kw["mirostat_mode"] = mirostat
@@ -365,7 +471,7 @@ class Llama:
         unknown = sorted(set(kw) - set(names))
         if unknown:
             raise TypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
-        return SamplingParams(seed=self.seed if seed is None else seed, **kw)
+        return SamplingParams(seed=self.seed if seed is None else compat.seed_value(seed), **kw)
 
     def create_completion(
         self,
@@ -379,10 +485,13 @@ class Llama:
         grammar: LlamaGrammar | None = None,
         logits_processor=None,
         stopping_criteria=None,
+        model: str | None = None,
         **sampling,
     ):
-        """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``."""
+        """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``.
+        ``model`` names the model in the result (default: its path)."""
         self._check_open()
+        compat.completion_options(sampling)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
             raise TypeError("max_tokens must be an int or None")
         if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= self.n_vocab):
@@ -405,7 +514,7 @@ class Llama:
         settings.sampling.validate(self.n_vocab)
         if grammar is not None:
             grammar.check(self._model)
-        return completion.create_completion(self, tokens, settings, stream, echo_text, self.model_path)
+        return completion.create_completion(self, tokens, settings, stream, echo_text, model or self.model_path)
 
     __call__ = create_completion
 
@@ -416,6 +525,11 @@ class Llama:
         from llama_ffi.high.chat.completion import create_chat_completion
 
         self._check_open()
+        compat.chat_options(kwargs)
+        if self.chat_handler is not None:
+            kwargs.setdefault("chat_handler", self.chat_handler)
+        if self.chat_format is not None:
+            kwargs.setdefault("chat_format", self.chat_format)
         return create_chat_completion(self, messages, **kwargs)
 
     # ---- embeddings and reranking -------------------------------------------------------------------
@@ -446,9 +560,14 @@ class Llama:
                 out[index] = vec
         return out, sum(len(t) for t in token_lists)
 
-    def embed(self, input: str | Sequence[str], normalize: int | bool = 2, truncate: bool = True,
+    # llama-cpp-python's Llama.embed does not normalise unless asked; LlamaEmbedding does.
+    DEFAULT_NORMALIZE: int | bool = False
+
+    def embed(self, input: str | Sequence[str], normalize: int | bool | None = None, truncate: bool = True,
               return_count: bool = False):
-        """Embeddings as lists of floats: one vector per input, or per token with pooling none."""
+        """Embeddings as lists of floats: one vector per input, or per token with pooling none.
+        ``normalize``: see ``embedding.normalize`` (True: euclidean); default DEFAULT_NORMALIZE."""
+        normalize = self.DEFAULT_NORMALIZE if normalize is None else normalize
         texts = embedding.check_inputs(input)
         if not texts:
             return ([], 0) if return_count else []
@@ -459,11 +578,12 @@ class Llama:
         return (result, count) if return_count else result
 
     def create_embedding(self, input: str | Sequence[str], model: str | None = None,
-                         normalize: int | bool = 2, truncate: bool = True, output_format: str = "json"):
+                         normalize: int | bool | None = None, truncate: bool = True, output_format: str = "json"):
         """OpenAI-shaped embeddings. ``output_format``: "json" (the dict), "json+" (adds the cosine
         similarity matrix), "array" (list of vectors) or "numpy" (one 2-D array, pooled only)."""
         if output_format not in ("json", "json+", "array", "numpy"):
             raise ValueError(f"output_format must be json, json+, array or numpy, not {output_format!r}")
+        normalize = self.DEFAULT_NORMALIZE if normalize is None else normalize
         texts = embedding.check_inputs(input)
         vectors, count = self._embed_all(texts, truncate) if texts else ([], 0)
         vectors = [embedding.normalize(v, normalize) for v in vectors]
@@ -494,14 +614,16 @@ class Llama:
         return [float(s[0]) for s in scores]
 
     # ---- state -------------------------------------------------------------------------------------------
-    def save_state(self, path: str | os.PathLike | None = None) -> bytes | None:
-        """The context's state (KV cache) with the tokens it holds: returned as bytes, or
-        written to ``path``. ``load_state`` takes either."""
+    def save_state(self, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
+        """The context's state (KV cache) with the tokens it holds: returned as bytes (with
+        llama-cpp-python's LlamaState attributes), or written to ``path``. ``load_state`` takes
+        either."""
         with self.lock:
             head = _STATE_MAGIC + struct.pack("<I", len(self.tokens))
             data = head + np.asarray(self.tokens, dtype="<i4").tobytes() + self.context.state_bytes()
+            tokens = list(self.tokens)
         if path is None:
-            return data
+            return compat.LlamaState(data, tokens, self.seed)
         tmp = f"{os.fspath(path)}.tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -538,6 +660,19 @@ class Llama:
                 self._resync_drafter([])
 
 
+_numa_started = False
+
+
+def _init_numa(numa: bool | int) -> None:
+    """llama-cpp-python's ``numa``: True (distribute) or a ggml_numa_strategy; once per process."""
+    global _numa_started
+    strategy = (lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa else lib.GGML_NUMA_STRATEGY_DISABLED) \
+        if isinstance(numa, bool) else integer("numa", numa, 0, lib.GGML_NUMA_STRATEGY_COUNT - 1)
+    if strategy != lib.GGML_NUMA_STRATEGY_DISABLED and not _numa_started:
+        lib.llama_numa_init(strategy)
+        _numa_started = True
+
+
 def _as_list(x) -> list:
     if x is None:
         return []
@@ -559,7 +694,10 @@ def _enable_verbose_logging() -> None:
 
 class LlamaEmbedding(Llama):
     """A ``Llama`` set up for embeddings and reranking: embeddings on, the model's own context
-    length, big batches of many sequences (unified KV) so inputs are packed per decode."""
+    length, big batches of many sequences (unified KV) so inputs are packed per decode, vectors
+    L2-normalised unless told otherwise."""
+
+    DEFAULT_NORMALIZE = 2
 
     def __init__(self, model_path: str | os.PathLike, *, n_ctx: int | None = 0,
                  n_batch: int | None = 2048, n_ubatch: int | None = 2048, n_seq_max: int | None = None,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
-from llama_ffi.high._checks import flag, integer
+from llama_ffi.high._checks import flag, integer, number
 from llama_ffi.high.validate import check_model_file
 
 GGUF_MAGIC = b"GGUF"
@@ -21,6 +21,9 @@ class ModelParams:
     """Model loading parameters; ``None`` keeps llama.cpp's default."""
 
     n_gpu_layers: int | None = None
+    split_mode: int | None = None
+    main_gpu: int | None = None
+    tensor_split: Sequence[float] | None = None  # a weight per device
     use_mmap: bool | None = None
     use_mlock: bool | None = None
     vocab_only: bool = False
@@ -31,6 +34,16 @@ class ModelParams:
     def validate(self) -> None:
         if self.n_gpu_layers is not None:
             integer("n_gpu_layers", self.n_gpu_layers, minimum=-1)
+        if self.split_mode is not None:
+            integer("split_mode", self.split_mode, lib.LLAMA_SPLIT_MODE_NONE, lib.LLAMA_SPLIT_MODE_TENSOR)
+        if self.main_gpu is not None:
+            integer("main_gpu", self.main_gpu, 0)
+        if self.tensor_split is not None:
+            if len(self.tensor_split) > lib.llama_max_devices():
+                raise ValueError(f"tensor_split has {len(self.tensor_split)} weights; llama.cpp takes at most "
+                                 f"{lib.llama_max_devices()} (llama_max_devices)")
+            for i, w in enumerate(self.tensor_split):
+                number(f"tensor_split[{i}]", w, 0.0)
         for name in ("use_mmap", "use_mlock", "vocab_only"):
             if getattr(self, name) is not None:
                 flag(name, getattr(self, name))
@@ -106,13 +119,22 @@ class Model:
         mp = lib.llama_model_default_params()
         if params.n_gpu_layers is not None:
             mp.n_gpu_layers = params.n_gpu_layers
+        if params.split_mode is not None:
+            mp.split_mode = params.split_mode
+        if params.main_gpu is not None:
+            mp.main_gpu = params.main_gpu
+        keep: list = []
+        if params.tensor_split is not None:
+            split = ffi.new("float[]", max(lib.llama_max_devices(), 1))
+            split[0:len(params.tensor_split)] = list(params.tensor_split)
+            mp.tensor_split = split
+            keep.append(split)
         if params.use_mmap is not None:
             mp.use_mmap = params.use_mmap
         if params.use_mlock is not None:
             mp.use_mlock = params.use_mlock
         mp.vocab_only = params.vocab_only
         mp.load_mtp = flag("load_mtp", params.load_mtp)
-        keep: list = []
         if params.kv_overrides:
             _apply_overrides(mp, params.kv_overrides, keep)
         show = sys.stderr.isatty() if params.progress is None else params.progress

@@ -14,6 +14,7 @@ from llama_ffi.high.chat.messages import validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
 from llama_ffi.high.chat.json_schema import schema_to_gbnf
+from llama_ffi.high.compat import chat_logprobs
 from llama_ffi.high.grammar import LlamaGrammar
 
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
@@ -140,7 +141,7 @@ def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None
         message, finish = _message(result, tool_plan, think)
         return {"id": cid, "object": "chat.completion", "created": created, "model": result["model"],
                 "choices": [{"index": 0, "message": message,
-                             "logprobs": choice["logprobs"], "finish_reason": finish}],
+                             "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": finish}],
                 "usage": result["usage"]}
 
     def chunks() -> Iterator[dict]:

@@ -18,6 +18,7 @@ from llama_ffi.high._checks import integer, number
 class SpeculativeType(enum.Enum):
     NONE = "none"
     DRAFT = "draft"                    # a separate small draft model (llama.cpp: DRAFT_SIMPLE)
+    DRAFT_SIMPLE = "draft"             # the same: llama.cpp's and the JamePeng fork's name
     DRAFT_EAGLE3 = "draft-eagle3"
     DRAFT_MTP = "draft-mtp"            # the target's own NextN / multi-token-prediction layers
     DRAFT_DFLASH = "draft-dflash"
@@ -27,6 +28,16 @@ class SpeculativeType(enum.Enum):
     NGRAM_MAP_K4V = "ngram-map-k4v"    # n-gram keys with up to 4 counted m-gram values
     NGRAM_MOD = "ngram-mod"
     NGRAM_CACHE = "ngram-cache"
+
+    @classmethod
+    def from_str(cls, text: str) -> "SpeculativeType":
+        """A type from its name or llama.cpp's flag spelling ("ngram-map-k", "DRAFT_MTP", ...)."""
+        key = text.strip().lower().replace("_", "-")
+        key = {"draft-simple": "draft"}.get(key, key)
+        for member in cls:
+            if member.value == key:
+                return member
+        raise ValueError(f"unknown speculative type {text!r} (one of {', '.join(m.value for m in cls)})")
 
 
 IMPLEMENTED = frozenset({SpeculativeType.NONE, SpeculativeType.DRAFT, SpeculativeType.DRAFT_MTP,
@@ -39,6 +50,7 @@ class SpecConfig:
     """Speculative decoding settings, passed as ``Llama(..., speculative=SpecConfig(...))``."""
 
     type: SpeculativeType | str = SpeculativeType.NGRAM_MAP_K
+    spec_type: SpeculativeType | str | None = None  # the JamePeng fork's name for ``type``
     # n-gram map engines (llama.cpp's common_params_speculative_ngram_map defaults)
     ngram_size_n: int = 12               # key length: the last n tokens are looked up
     ngram_size_m: int = 48               # value length: at most m tokens are drafted
@@ -49,10 +61,18 @@ class SpecConfig:
     draft_n_max: int = 3
     draft_p_min: float = 0.0             # stop drafting when the draft's top probability is below
     draft_n_gpu_layers: int | None = None
+    draft_n_min: int | None = None       # the shortest draft worth verifying (None: our CPU default, 3)
+    # the fork's: sample drafts in llama.cpp's backend. Drafts here are always a CPU argmax; the
+    # output is the same either way, so True and False are both accepted.
+    draft_backend_sampling: bool = False
+
+    def __post_init__(self) -> None:
+        if self.spec_type is not None:
+            object.__setattr__(self, "type", self.spec_type)
 
     @property
     def kind(self) -> SpeculativeType:
-        return self.type if isinstance(self.type, SpeculativeType) else SpeculativeType(self.type)
+        return self.type if isinstance(self.type, SpeculativeType) else SpeculativeType.from_str(self.type)
 
     @property
     def max_draft(self) -> int:
@@ -74,6 +94,8 @@ class SpecConfig:
         integer("ngram_min_hits", self.ngram_min_hits, 1)
         integer("ngram_max_entries_per_key", self.ngram_max_entries_per_key, 1, 64)
         integer("draft_n_max", self.draft_n_max, 1)
+        if self.draft_n_min is not None:
+            integer("draft_n_min", self.draft_n_min, 0, self.draft_n_max)
         number("draft_p_min", self.draft_p_min, 0.0, 1.0)
         if self.draft_n_gpu_layers is not None:
             integer("draft_n_gpu_layers", self.draft_n_gpu_layers, -1)

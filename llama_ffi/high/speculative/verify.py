@@ -36,7 +36,8 @@ class SpeculativeStepper:
         self.engine, self.drafter, self.stats = engine, drafter, stats
         self.max_draft = min(max_draft, engine.context.n_batch - 1)
         self.window = min(self.max_draft, INITIAL_WINDOW)
-        self.min_draft = min(self.max_draft, MIN_DRAFT)
+        n_min = getattr(engine.speculative, "draft_n_min", None)
+        self.min_draft = min(self.max_draft, MIN_DRAFT if n_min is None else max(n_min, 1))
         self.pause = 0               # after consecutive misses: tokens to decode without drafting
         self.wait = 0                # tokens left in the current pause
         self.remaining = budget - 1  # tokens still to produce after the first

@@ -1,0 +1,144 @@
+"""llama-cpp-python's spellings, so that code written for it runs after changing the import.
+
+Each of its parameters is supported with the same meaning, or refused with an error that names
+it and the alternative: never silently dropped (docs/llama-cpp-python.md lists them all). The
+parameters that llama.cpp itself removed are accepted at the value that means "off" (their
+default there) and refused at any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from llama_ffi import lib
+
+# llama-cpp-python's -1 seed: a random one (llama.cpp's LLAMA_DEFAULT_SEED).
+RANDOM_SEED = -1
+
+
+class CallableInt(int):
+    """An int that can also be called: ``llm.n_ctx`` (ours) and ``llm.n_ctx()`` (theirs)."""
+
+    def __call__(self) -> int:
+        return int(self)
+
+
+def seed_value(seed: int) -> int:
+    return lib.LLAMA_DEFAULT_SEED if seed == RANDOM_SEED else seed
+
+
+# Parameters llama.cpp removed: the value that keeps llama.cpp's behaviour, and why others fail.
+REMOVED_SAMPLING = {
+    "tfs_z": (1.0, "tail-free sampling was removed from llama.cpp; use min_p or top_n_sigma"),
+    "penalize_nl": (True, "llama.cpp penalizes the newline like any other token; to spare it, "
+                          "pass logit_bias for the newline token"),
+}
+REMOVED_INIT = {
+    "n_parts": (-1, "model files are no longer split into parts; llama.cpp loads split GGUFs itself"),
+    "low_vram": (False, "llama.cpp dropped low_vram; use n_gpu_layers and offload_kqv"),
+    "mul_mat_q": (True, "llama.cpp always uses its quantized matmul kernels"),
+    "lora_base": (None, "a separate LoRA base model is not supported by llama.cpp's adapters"),
+    "spm_infill": (False, "infill (suffix=) is not supported; write the fill-in-the-middle prompt yourself"),
+}
+REFUSED_INIT = {
+    "draft_model": "pass speculative=SpecConfig(type=SpeculativeType.NGRAM_MAP_K) (prompt lookup) or "
+                   "SpecConfig(type='draft', draft_model_path=...) instead of a draft_model object",
+    "tokenizer": "a Python tokenizer override is not supported: llama.cpp's own tokenizer is used",
+    "lora_path": "LoRA adapters are not supported yet: merge the adapter with llama.cpp's "
+                 "llama-export-lora and load the merged GGUF",
+}
+
+
+def removed_parameters(kwargs: dict[str, Any], table: Mapping[str, tuple[Any, str]]) -> None:
+    """Pop each removed parameter from ``kwargs``; refuse it unless it has its "off" value."""
+    for name in list(kwargs):
+        if name in table:
+            off, why = table[name]
+            value = kwargs.pop(name)
+            if value != off and not (off is None and value is None):
+                raise ValueError(f"{name}={value!r} is not supported: {why}")
+
+
+def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Translate llama-cpp-python's constructor parameters that have another name here; refuse
+    those that cannot work. Returns our keyword arguments to add."""
+    ours: dict[str, Any] = {}
+    removed_parameters(kwargs, REMOVED_INIT)
+    if "f16_kv" in kwargs:  # the KV cache type before type_k / type_v existed
+        if not kwargs.pop("f16_kv"):
+            ours.update(type_k="f32", type_v="f32")
+    for name, alternative in REFUSED_INIT.items():
+        if kwargs.get(name) is not None:
+            raise ValueError(f"{name} is not supported: {alternative}")
+        kwargs.pop(name, None)
+    if kwargs:
+        raise TypeError(f"Llama() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+    return ours
+
+
+def completion_options(kwargs: dict[str, Any]) -> None:
+    """Check llama-cpp-python's completion parameters that have no effect here (in place)."""
+    removed_parameters(kwargs, REMOVED_SAMPLING)
+    if kwargs.pop("suffix", None) is not None:
+        raise ValueError("suffix is not supported: infill is not implemented; write the "
+                         "fill-in-the-middle prompt with the model's FIM tokens yourself")
+
+
+def chat_options(kwargs: dict[str, Any]) -> None:
+    """llama-cpp-python's chat spellings, in place: legacy functions, chat logprobs."""
+    functions = kwargs.pop("functions", None)
+    function_call = kwargs.pop("function_call", None)
+    if functions is not None:
+        if kwargs.get("tools") is not None:
+            raise ValueError("pass either tools or the legacy functions, not both")
+        kwargs["tools"] = [{"type": "function", "function": f} for f in functions]
+        if isinstance(function_call, dict):
+            kwargs["tool_choice"] = {"type": "function", "function": {"name": function_call["name"]}}
+        elif function_call is not None:
+            kwargs["tool_choice"] = function_call  # "auto" / "none"
+    elif function_call is not None:
+        raise ValueError("function_call needs functions")
+    top_logprobs = kwargs.pop("top_logprobs", None)
+    if "logprobs" in kwargs and isinstance(kwargs["logprobs"], bool):
+        kwargs["logprobs"] = (top_logprobs or 0) if kwargs["logprobs"] else None
+    elif top_logprobs is not None:
+        raise ValueError("top_logprobs needs logprobs=True")
+
+
+def chat_logprobs(block: dict | None) -> dict | None:
+    """A completion's logprobs block in the chat API's shape."""
+    if block is None:
+        return None
+    return {"content": [
+        {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8")),
+         "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))}
+                          for t, v in (top or {}).items()]}
+        for tok, lp, top in zip(block["tokens"], block["token_logprobs"], block["top_logprobs"])]}
+
+
+class LlamaState(bytes):
+    """What ``save_state`` returns: the bytes ``load_state`` takes, with llama-cpp-python's
+    ``LlamaState`` attributes (``n_tokens``, ``input_ids``, ``llama_state``, ``llama_state_size``,
+    ``seed``)."""
+
+    n_tokens: int
+    input_ids: np.ndarray
+    seed: int
+
+    def __new__(cls, data: bytes, tokens: list[int], seed: int) -> "LlamaState":
+        self = super().__new__(cls, data)
+        self.n_tokens = len(tokens)
+        self.input_ids = np.asarray(tokens, dtype=np.intc)
+        self.seed = seed
+        return self
+
+    @property
+    def llama_state(self) -> bytes:
+        return bytes(self)
+
+    @property
+    def llama_state_size(self) -> int:
+        return len(self)
