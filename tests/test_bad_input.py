@@ -108,3 +108,14 @@ def test_kv_overrides_reach_the_model(smollm2_path):
     with Llama(smollm2_path, n_ctx=64, kv_overrides={"llama.context_length": 1024},
                progress=False) as m:
         assert m.n_ctx_train == 1024
+
+
+@pytest.mark.parametrize("use_mmap, use_mlock", [(True, False), (False, False), (None, True)])
+def test_mmap_and_mlock_flags_load(smollm2_path, use_mmap, use_mlock):
+    """use_mmap / use_mlock became one llama_load_mode at this pin: every combination loads."""
+    from llama_ffi import ffi, lib
+
+    with Llama(smollm2_path, n_ctx=64, use_mmap=use_mmap, use_mlock=use_mlock, progress=False) as m:
+        mode = ffi.string(lib.llama_load_mode_name(m.model_params.load_mode)).decode()
+        assert ("mmap" in mode) == (use_mmap is not False), mode
+        assert m("Hello", max_tokens=2, temperature=0.0)["usage"]["completion_tokens"] == 2

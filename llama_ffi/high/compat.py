@@ -44,8 +44,6 @@ REMOVED_INIT = {
     "spm_infill": (False, "infill (suffix=) is not supported; write the fill-in-the-middle prompt yourself"),
 }
 REFUSED_INIT = {
-    "draft_model": "pass speculative=SpecConfig(type=SpeculativeType.NGRAM_MAP_K) (prompt lookup) or "
-                   "SpecConfig(type='draft', draft_model_path=...) instead of a draft_model object",
     "tokenizer": "a Python tokenizer override is not supported: llama.cpp's own tokenizer is used",
     "lora_path": "LoRA adapters are not supported yet: merge the adapter with llama.cpp's "
                  "llama-export-lora and load the merged GGUF",
@@ -66,6 +64,12 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Translate llama-cpp-python's constructor parameters that have another name here; refuse
     those that cannot work. Returns our keyword arguments to add."""
     ours: dict[str, Any] = {}
+    draft_model = kwargs.pop("draft_model", None)
+    if draft_model is not None:
+        if not hasattr(draft_model, "spec_config"):
+            raise ValueError("draft_model must be a llama_ffi.llama_speculative.LlamaPromptLookupDecoding; for a "
+                             "draft GGUF pass speculative=SpecConfig(type='draft', draft_model_path=...)")
+        ours["speculative"] = draft_model.spec_config()
     removed_parameters(kwargs, REMOVED_INIT)
     if "f16_kv" in kwargs:  # the KV cache type before type_k / type_v existed
         if not kwargs.pop("f16_kv"):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from pathlib import Path
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors
+
+log = logging.getLogger("llama_ffi")
 
 
 @contextlib.contextmanager
@@ -38,12 +41,25 @@ class LlamaGrammar:
         self.root = root
 
     @classmethod
-    def from_string(cls, grammar: str, root: str = "root") -> "LlamaGrammar":
+    def from_string(cls, grammar: str, verbose: bool = True, root: str = "root") -> "LlamaGrammar":
+        """``verbose`` (llama-cpp-python's): log the grammar text to the llama_ffi logger."""
+        if verbose:
+            log.debug("grammar:\n%s", grammar)
         return cls(grammar, root)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, root: str = "root") -> "LlamaGrammar":
-        return cls(Path(path).read_text(encoding="utf-8"), root)
+    def from_file(cls, path: str | os.PathLike, verbose: bool = True, root: str = "root") -> "LlamaGrammar":
+        return cls.from_string(Path(path).read_text(encoding="utf-8"), verbose, root)
+
+    @classmethod
+    def from_json_schema(cls, json_schema: str | dict, verbose: bool = True) -> "LlamaGrammar":
+        """The grammar of a JSON Schema (a JSON string, as llama-cpp-python takes it, or a dict)."""
+        import json
+
+        from llama_ffi.high.chat.json_schema import schema_to_gbnf  # the schema compiler lives with chat
+
+        schema = json.loads(json_schema) if isinstance(json_schema, str) else json_schema
+        return cls.from_string(schema_to_gbnf(schema), verbose)
 
     def sampler(self, vocab):
         """A new grammar sampler (owned by whoever adds it to a chain); ValueError if invalid."""

@@ -85,6 +85,10 @@ class Llama:
         legacy_options = compat.init_options(legacy)
         type_k = legacy_options.get("type_k", type_k)
         type_v = legacy_options.get("type_v", type_v)
+        if "speculative" in legacy_options:
+            if speculative is not None:
+                raise ValueError("pass either draft_model or speculative, not both")
+            speculative = legacy_options["speculative"]
         if embedding is not None:
             embeddings = embeddings or flag("embedding", embedding)
         self.chat_format, self.chat_handler = chat_format, chat_handler
@@ -105,7 +109,8 @@ class Llama:
             type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
             pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf, kv_unified=kv_unified,
             offload_kqv=offload_kqv, op_offload=op_offload, swa_full=swa_full, attention_type=attention_type)
-        batch_size = cparams.to_c().n_batch  # validate everything before the (slow) model load
+        self.context_params = cparams.to_c()  # validated before the (slow) model load
+        batch_size = self.context_params.n_batch
         if speculative is not None:
             speculative.validate(batch_size)
         self.model_path = str(model_path)
@@ -118,6 +123,7 @@ class Llama:
             use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only, kv_overrides=kv_overrides,
             progress=progress, load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp)))
         self.tokenizer = Tokenizer(self._model)
+        self.model_params = self._model.params  # llama-cpp-python's attribute (the C struct)
         self._context: Context | None = None
         self._batch: Batch | None = None
         self.speculative = speculative
@@ -137,6 +143,7 @@ class Llama:
                 self._model.close()
                 raise
             self._batch = Batch(self._context.n_batch)
+            self.context_params.n_ctx = self._context.n_ctx  # 0 meant "the model's": say which
             self._on_decoded = getattr(self.drafter, "observe", None)
         # Serialises requests; a stream holds it per chunk only (see context_lock).
         self.lock = ContextLock(self)

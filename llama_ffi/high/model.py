@@ -90,6 +90,15 @@ def check_gguf_file(path: Path) -> None:
         raise ValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
 
 
+def load_mode(use_mmap: bool | None, use_mlock: bool | None) -> int:
+    """llama-cpp-python's use_mmap / use_mlock as this pin's ``llama_load_mode`` (the two flags
+    became one enum; an unset flag keeps its llama-cpp-python default: mmap on, mlock off)."""
+    mmap = True if use_mmap is None else use_mmap
+    mlock = False if use_mlock is None else use_mlock
+    return {(True, False): lib.LLAMA_LOAD_MODE_MMAP, (False, False): lib.LLAMA_LOAD_MODE_NONE,
+            (True, True): lib.LLAMA_LOAD_MODE_MMAP_MLOCK, (False, True): lib.LLAMA_LOAD_MODE_MLOCK}[(mmap, mlock)]
+
+
 def _apply_overrides(mp, overrides: Mapping[str, bool | int | float | str], keep: list) -> None:
     arr = ffi.new("struct llama_model_kv_override[]", len(overrides) + 1)  # zeroed: terminator
     for i, (key, value) in enumerate(overrides.items()):
@@ -129,10 +138,8 @@ class Model:
             split[0:len(params.tensor_split)] = list(params.tensor_split)
             mp.tensor_split = split
             keep.append(split)
-        if params.use_mmap is not None:
-            mp.use_mmap = params.use_mmap
-        if params.use_mlock is not None:
-            mp.use_mlock = params.use_mlock
+        if params.use_mmap is not None or params.use_mlock is not None:
+            mp.load_mode = load_mode(params.use_mmap, params.use_mlock)
         mp.vocab_only = params.vocab_only
         mp.load_mtp = flag("load_mtp", params.load_mtp)
         if params.kv_overrides:
@@ -150,6 +157,7 @@ class Model:
                              f"{reason(errors, 'unknown error (see the llama_ffi logger)')}")
         self._ptr = ptr
         self.vocab = lib.llama_model_get_vocab(ptr)
+        self.params, self._keep = mp, keep  # the struct points into what keep holds
 
     @property
     def ptr(self):

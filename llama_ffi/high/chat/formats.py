@@ -7,7 +7,10 @@ from llama_ffi import ffi, lib
 
 # llama-cpp-python's format names that llama.cpp knows under another name
 ALIASES = {"llama-2": "llama2", "llama-3": "llama3", "mistral-instruct": "mistral-v1", "phi-3": "phi3",
-           "qwen": "chatml"}
+           "qwen": "chatml",
+           # ChatML with its tools described in the prompt and Hermes-style calls parsed back,
+           # which is what create_chat_completion does for any format without tool support
+           "chatml-function-calling": "chatml"}
 
 
 def builtin_formats() -> list[str]:
