@@ -3,7 +3,8 @@
 
     python -m llama_ffi.bench [-m MODEL] [-t 2] [-r 5] [--llama-bench PATH] [-s [--draft-model D]]
 
-Measured per implementation: load time, prompt t/s (256 tokens), generation t/s (128 tokens,
+Measured per implementation: load time, prompt t/s (256 tokens, warm; a second table gives 256 and
+512 tokens cold and warm against llama-bench), generation t/s (128 tokens,
 greedy, EOS ignored), overhead per generated token (wall time minus the time llama.cpp reports
 inside ``llama_decode``), and peak RSS. Figures are medians over the repeats; each llama-ffi test
 runs right after its llama-bench counterpart, and "gen vs native" is the median of those paired
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 N_PROMPT, N_GEN = 256, 128
+PROMPT_SIZES = (256, 512)  # the prompt table: llama-bench's pp256 and pp512
 
 
 def _median(xs: list[float]) -> float:
@@ -53,19 +55,26 @@ def native_test(binary: Path, model: str, threads: int, n_prompt: int, n_gen: in
     return json.loads(out.stdout)[0]["avg_ts"]
 
 
-def ffi_prompt_test(model: str, threads: int) -> tuple[float, float]:
-    """(load seconds, prompt tokens/s) for a prompt of N_PROMPT tokens."""
+def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT) -> tuple[float, float, float]:
+    """(load seconds, cold prompt tokens/s, warm prompt tokens/s) for a prompt of ``n_prompt``
+    tokens. Cold is a fresh context's first decode, what a user's first prompt costs (the
+    weights' pages are touched for the first time, the compute buffers first used); warm is the
+    same prompt again after clearing the cache, which is what llama-bench times after its warm-up."""
     from llama_ffi.high import Llama
 
     # One context per test, sized as llama-bench sizes its own (n_prompt, resp. n_gen): the
     # attention work per token grows with the cache, so equal sizes compare equal work.
     t0 = time.perf_counter()
-    with Llama(model, n_ctx=N_PROMPT, n_threads=threads, n_threads_batch=threads, progress=False) as llm:
+    with Llama(model, n_ctx=n_prompt, n_threads=threads, n_threads_batch=threads, progress=False) as llm:
         load = time.perf_counter() - t0
-        prompt = [(i * 7919) % llm.n_vocab for i in range(N_PROMPT)]
+        prompt = [(i * 7919) % llm.n_vocab for i in range(n_prompt)]
         t0 = time.perf_counter()
         llm.eval(prompt)
-        return load, N_PROMPT / (time.perf_counter() - t0)
+        cold = n_prompt / (time.perf_counter() - t0)
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        return load, cold, n_prompt / (time.perf_counter() - t0)
 
 
 def ffi_generation_test(model: str, threads: int) -> tuple[float, float]:
@@ -93,10 +102,15 @@ def bench_generation(model: str, threads: int, repeats: int, binary: Path | None
     its native counterpart, so both see the same machine speed; the ratio to native is the
     median of these back-to-back ratios."""
     ffi, native = {"load": [], "pp": [], "tg": [], "overhead": []}, {"pp": [], "tg": []}
+    prompt = {n: {"native": [], "cold": [], "warm": []} for n in PROMPT_SIZES}
     for _ in range(repeats):
-        if binary:
-            native["pp"].append(native_test(binary, model, threads, N_PROMPT, 0))
-        load, pp = ffi_prompt_test(model, threads)
+        for n in PROMPT_SIZES:
+            if binary:
+                prompt[n]["native"].append(native_test(binary, model, threads, n, 0))
+            load, cold, warm = ffi_prompt_test(model, threads, n)
+            prompt[n]["cold"].append(cold)
+            prompt[n]["warm"].append(warm)
+        pp = prompt[N_PROMPT]["warm"][-1]
         if binary:
             native["tg"].append(native_test(binary, model, threads, 0, N_GEN))
         tg, overhead = ffi_generation_test(model, threads)
@@ -104,7 +118,7 @@ def bench_generation(model: str, threads: int, repeats: int, binary: Path | None
             ffi[key].append(value)
     row = {"name": "llama-ffi", "load_s": _median(ffi["load"]), "pp_tps": _median(ffi["pp"]),
            "tg_tps": _median(ffi["tg"]), "overhead_ms": _median(ffi["overhead"]), "rss_mb": _peak_rss_mb(),
-           "note": ""}
+           "note": "", "prompt": prompt}
     if not binary:
         return row, None
     row["tg_ratio"] = _median([f / n for f, n in zip(ffi["tg"], native["tg"])])
@@ -385,6 +399,19 @@ def table(rows: list[dict], native: dict | None) -> str:
     return "\n".join(out)
 
 
+def prompt_table(prompt: dict) -> str:
+    """Prompt processing by size: llama-bench (warm), llama-ffi cold and warm, and the median of
+    the back-to-back warm / native ratios."""
+    out = ["| prompt tokens | llama-bench t/s | llama-ffi cold t/s | llama-ffi warm t/s | warm vs native | "
+           "cold vs warm |", "|---:|---:|---:|---:|---:|---:|"]
+    for n, runs in prompt.items():
+        ratio = _median([w / b for w, b in zip(runs["warm"], runs["native"])]) if runs["native"] else float("nan")
+        cold_cost = _median([c / w for c, w in zip(runs["cold"], runs["warm"])])
+        out.append(f"| {n} | {_median(runs['native']):.1f} | {_median(runs['cold']):.1f} | "
+                   f"{_median(runs['warm']):.1f} | {ratio:.3f} | {cold_cost:.3f} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", help="GGUF model, or a registry name: smollm2-135m (the default, "
@@ -437,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("llama-cpp-python is not installed: its row is left out", file=sys.stderr)
     print(table(rows, native))
+    print()
+    print(prompt_table(ffi_row["prompt"]))
     print(f"load average after: {os.getloadavg()}")
     return 0
 

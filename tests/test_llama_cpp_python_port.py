@@ -244,3 +244,34 @@ def test_unsupported_call_parameters_name_the_alternative(llm):
         llm.reset()
         llm.eval(llm.tokenize(b"Hello world"))
         llm.sample(idx=0)
+
+
+def test_logits_all_keeps_every_row_of_scores(smollm2_path):
+    with Llama(model_path=str(smollm2_path), n_ctx=256, logits_all=True, verbose=False) as full, \
+            Llama(model_path=str(smollm2_path), n_ctx=256, verbose=False) as plain:
+        tokens = full.tokenize(b"The quick brown fox jumps over the lazy dog")
+        full.eval(tokens)
+        rows = full.scores
+        assert rows.shape == (len(tokens), full.n_vocab()) and np.all(rows.any(axis=1))
+        for i in (0, len(tokens) // 2, len(tokens) - 1):  # each row is that prefix's next-token logits
+            plain.reset()
+            plain.eval(tokens[:i + 1])
+            np.testing.assert_allclose(rows[i], plain.logits(), atol=2e-2 + 2 * _gap(plain))
+        generated = list(full.generate(tokens, max_tokens=4, temperature=0))
+        assert full.scores.shape[0] == full.n_tokens == len(tokens) + len(generated) - 1
+        assert int(np.argmax(full.scores[-1])) == generated[-1]
+
+
+def _gap(llm) -> float:
+    import near_tie
+
+    return near_tie._gap(llm.model_path, max(llm.context.n_ctx, 128))
+
+
+def test_warm_up_at_load_leaves_an_empty_cache(smollm2_path, llm):
+    with Llama(model_path=str(smollm2_path), n_ctx=2048, warmup=True, verbose=False) as warm:
+        assert warm.n_tokens == 0 and warm.n_evaluated == 0
+        assert warm.context.seq_pos_max(0) == -1
+        llm.reset()
+        want = llm("Once upon a time", max_tokens=12, temperature=0)["choices"][0]["text"]
+        assert warm("Once upon a time", max_tokens=12, temperature=0)["choices"][0]["text"] == want

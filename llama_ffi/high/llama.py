@@ -8,13 +8,12 @@ prefix with them evaluates only the new suffix.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from llama_ffi import ffi, lib
-from llama_ffi.high import compat, completion, embedding
+from llama_ffi.high import compat, completion, embedding, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
@@ -25,10 +24,7 @@ from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
 from llama_ffi.high.tokenizer import Tokenizer
 
-_STATE_MAGIC = b"LFFISTA1"
-
-
-class Llama:
+class Llama(compat.LlamaCppPythonAttributes):
     def __init__(
         self,
         model_path: str | os.PathLike,
@@ -78,6 +74,7 @@ class Llama:
         attention_type: int | None = None,
         numa: bool | int = False,
         load_mtp: bool | None = None,
+        warmup: bool = False,
         **legacy,
     ) -> None:
         self._closed = True
@@ -154,6 +151,8 @@ class Llama:
         # A one-token batch over _one, built once: eval_token only rewrites the token.
         self._one_batch = lib.llama_batch_get_one(self._one, 1)
         self._closed = False
+        if warmup and self._context is not None:
+            self.warm_up()
 
     # ---- ownership -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -204,55 +203,6 @@ class Llama:
     def n_embd(self) -> compat.CallableInt:
         self._check_open()
         return compat.CallableInt(self._model.n_embd)
-
-    @property
-    def n_tokens(self) -> int:
-        """Tokens in the KV cache (llama-cpp-python's name)."""
-        return len(self.tokens)
-
-    @property
-    def input_ids(self) -> np.ndarray:
-        """The tokens in the KV cache as an ``intc`` array (llama-cpp-python's name)."""
-        return np.asarray(self.tokens, dtype=np.intc)
-
-    @property
-    def scores(self) -> np.ndarray:
-        """(n_tokens, n_vocab) logits of the cached positions, as llama-cpp-python keeps them:
-        every row with ``logits_all=True``; otherwise only the last row (the others zero)."""
-        n = len(self.tokens)
-        out = np.zeros((n, self.n_vocab), dtype=np.single)
-        if self._logits_all and self._score_rows is not None:
-            k = min(n, len(self._score_rows))
-            out[:k] = self._score_rows[:k]
-        elif n:
-            out[-1] = self.logits()
-        return out
-
-    def _record_scores(self, start: int, n: int, all_rows: bool) -> None:
-        rows = self._score_rows
-        if rows is None or len(rows) < start + n:
-            grown = np.zeros((max(start + n, 2 * (0 if rows is None else len(rows))), self.n_vocab),
-                             dtype=np.single)
-            if rows is not None:
-                grown[:len(rows)] = rows
-            self._score_rows = rows = grown
-        for k in range(n if all_rows else 1):
-            i = k if all_rows else -1
-            rows[start + (k if all_rows else n - 1)] = self.context.logits(i)
-
-    def set_seed(self, seed: int) -> None:
-        """The default seed of later requests (-1 or LLAMA_DEFAULT_SEED: a random one)."""
-        if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed <= 0xFFFFFFFF:
-            raise ValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
-        self.seed = compat.seed_value(seed)
-
-    def set_cache(self, cache) -> None:
-        """llama-cpp-python's prompt cache: ``None`` only. The KV cache of the last request is
-        always reused for a shared prefix; keep more with ``save_state`` / ``load_state``."""
-        if cache is not None:
-            raise NotImplementedError("set_cache: a prompt cache object is not supported; the last "
-                                      "prompt's KV cache is reused automatically, and save_state() / "
-                                      "load_state() keep others")
 
     def pooling_type(self) -> int:
         return lib.llama_pooling_type(self.context.ptr)
@@ -369,6 +319,20 @@ class Llama:
         resync = getattr(self.drafter, "resync", None)
         if resync is not None:
             resync(tokens, snapshot)
+
+    def warm_up(self) -> None:
+        """llama.cpp's warm-up at load (``Llama(..., warmup=True)``): decode BOS and EOS once and
+        forget them, so that the first prompt does not pay for touching the weights."""
+        vocab = self._model.vocab_ptr
+        tokens = [t for t in (lib.llama_vocab_bos(vocab), lib.llama_vocab_eos(vocab))
+                  if t != lib.LLAMA_TOKEN_NULL] or [0]
+        with self.lock:
+            evaluated = self.n_evaluated
+            self._decode(tokens, 0)
+            self.context.clear()
+            self.tokens = []
+            self.n_evaluated = evaluated
+            self._resync_drafter([])
 
     def eval_token(self, token: int) -> int:
         """Append one token to the sequence (the generation fast path: called per token, so it
@@ -626,34 +590,18 @@ class Llama:
         llama-cpp-python's LlamaState attributes), or written to ``path``. ``load_state`` takes
         either."""
         with self.lock:
-            head = _STATE_MAGIC + struct.pack("<I", len(self.tokens))
-            data = head + np.asarray(self.tokens, dtype="<i4").tobytes() + self.context.state_bytes()
             tokens = list(self.tokens)
+            data = state.encode(tokens, self.context.state_bytes())
         if path is None:
             return compat.LlamaState(data, tokens, self.seed)
-        tmp = f"{os.fspath(path)}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        state.write(path, data)
         return None
 
-    def load_state(self, state: bytes | str | os.PathLike) -> None:
-        if not isinstance(state, (bytes, bytearray)):
-            path = os.fspath(state)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"state file not found: {path}")
-            with open(path, "rb") as f:
-                state = f.read()
-        if not state.startswith(_STATE_MAGIC) or len(state) < len(_STATE_MAGIC) + 4:
-            raise ValueError("not a llama_ffi state (bad magic)")
-        (n,) = struct.unpack_from("<I", state, len(_STATE_MAGIC))
-        start = len(_STATE_MAGIC) + 4
-        if len(state) < start + 4 * n:
-            raise ValueError("truncated llama_ffi state")
-        tokens = np.frombuffer(state, dtype="<i4", count=n, offset=start).tolist()
+    def load_state(self, saved: bytes | str | os.PathLike) -> None:
+        tokens, context_state = state.decode(state.read(saved))
         with self.lock:
             self.tokenizer.check_tokens(tokens)
-            self.context.set_state_bytes(bytes(state[start + 4 * n:]))
+            self.context.set_state_bytes(context_state)
             self.tokens = tokens
             # llama.cpp's state holds the KV cache but not the logits: recompute the last
             # token's, as llama.cpp's server does after restoring a slot.
