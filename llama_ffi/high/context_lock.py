@@ -17,7 +17,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from llama_ffi.high.interrupt import sigint_stops_compute
+from llama_ffi import lib
+from llama_ffi.high import interrupt
 
 T = TypeVar("T")
 
@@ -97,6 +98,7 @@ class SuspendedStream:
         self._parked: object | None = None
         self._done = False
         self._lease = Lease()
+        self._ref = weakref.ref(self)
 
     def __iter__(self) -> "SuspendedStream":
         return self
@@ -110,13 +112,16 @@ class SuspendedStream:
                 self._resume()
                 if self._inner is None:
                     self._inner = self._work(self._lease)
+                installed = interrupt.install()  # per chunk: the caller's code runs in between
                 try:
-                    with sigint_stops_compute():
-                        item = next(self._inner)
+                    item = next(self._inner)
                 except BaseException:
                     self._end()
                     raise
-                self._lock._suspended = weakref.ref(self)
+                finally:
+                    if installed:
+                        lib.llama_ffi_sigint_restore()
+                self._lock._suspended = self._ref
                 return item
             finally:
                 self._lease.holds_context = False
