@@ -101,7 +101,7 @@ def bench_generation(model: str, threads: int, repeats: int, binary: Path | None
     """llama-ffi's row and llama-bench's (None without the binary). Each test runs right after
     its native counterpart, so both see the same machine speed; the ratio to native is the
     median of these back-to-back ratios."""
-    ffi, native = {"load": [], "pp": [], "tg": [], "overhead": []}, {"pp": [], "tg": []}
+    ffi, native = {"load": [], "pp": [], "tg": [], "overhead": []}, {"tg": []}
     prompt = {n: {"native": [], "cold": [], "warm": []} for n in PROMPT_SIZES}
     for _ in range(repeats):
         for n in PROMPT_SIZES:
@@ -122,7 +122,8 @@ def bench_generation(model: str, threads: int, repeats: int, binary: Path | None
     if not binary:
         return row, None
     row["tg_ratio"] = _median([f / n for f, n in zip(ffi["tg"], native["tg"])])
-    native_row = {"name": "llama.cpp llama-bench", "load_s": float("nan"), "pp_tps": _median(native["pp"]),
+    native_row = {"name": "llama.cpp llama-bench", "load_s": float("nan"),
+                  "pp_tps": _median(prompt[N_PROMPT]["native"]),
                   "tg_tps": _median(native["tg"]), "overhead_ms": 0.0,
                   "rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN), "note": ""}
     return row, native_row

@@ -62,15 +62,24 @@ def fit(tokens: list[int], limit: int, index: int, truncate: bool) -> list[int]:
     return tokens[:limit]
 
 
-def embed_token_lists(ctx, token_lists: Sequence[list[int]], pooling: int, n_out: int
-                      ) -> Iterator[tuple[int, np.ndarray]]:
+# Inputs are packed into one decode until it holds this many tokens (a longer input still goes
+# alone, up to n_batch). An encoder's attention spans the whole batch (masked per sequence), so
+# its cost grows with the square of the batch: measured with MiniLM on 2 cores, 100 texts of
+# ~205 tokens run at 11-13 texts/s packed to 2048 tokens and 16-17 packed to 512, while 1000
+# short texts run as fast either way.
+PACK_TOKENS = 512
+
+
+def embed_token_lists(ctx, token_lists: Sequence[list[int]], pooling: int, n_out: int,
+                      pack_tokens: int = PACK_TOKENS) -> Iterator[tuple[int, np.ndarray]]:
     """(input index, vectors) for each input: shape (n_out,) pooled, (n_tokens, n_embd) for none.
 
     ``n_out`` is n_embd, or for rank pooling 1 (only the first score of each sequence is read).
     """
-    n_batch, n_seq_max = ctx.n_batch, ctx.n_seq_max
+    n_seq_max = ctx.n_seq_max
+    n_batch = min(ctx.n_batch, max(pack_tokens, 1))
     per_token = pooling == lib.LLAMA_POOLING_TYPE_NONE
-    batch = Batch(n_batch, 1)
+    batch = Batch(ctx.n_batch, 1)
     pending: list[tuple[int, int, int]] = []  # (input index, first batch row, n_tokens)
     try:
         def flush() -> Iterator[tuple[int, np.ndarray]]:
