@@ -40,8 +40,9 @@ def bound(llm) -> float:
     return 2.0 * _gap(llm.model_path, max(llm.context.n_ctx, 128)) + FLOOR
 
 
-def greedy_trace(llm, prompt_tokens: list[int], n: int, **sampling) -> list[tuple[int, int, float]]:
-    """Plain greedy decoding, one token at a time: (token, runner-up, top-2 margin) per step."""
+def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **sampling) -> list[tuple[int, int, float]]:
+    """Plain greedy decoding, one token at a time: (token, runner-up, top-2 margin) per step, the
+    margin taken after ``processors`` (a logits processor of the run being compared)."""
     steps: list[tuple[int, int, float]] = []
 
     def record(ids, logits):
@@ -52,16 +53,17 @@ def greedy_trace(llm, prompt_tokens: list[int], n: int, **sampling) -> list[tupl
 
     llm.reset()
     tokens = list(llm.generate(prompt_tokens, max_tokens=n, temperature=0.0,
-                               logits_processor=[record], **sampling))
+                               logits_processor=[*processors, record], **sampling))
     assert tokens == [s[0] for s in steps[:len(tokens)]]
     return steps[:len(tokens)]
 
 
-def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], n: int, **sampling) -> None:
+def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], n: int, processors=(),
+                            **sampling) -> None:
     """``got`` (text or tokens of a greedy run of ``n`` tokens of ``prompt``) equals plain greedy
     decoding with ``llm``, or first differs at an explained near tie."""
     tokens = llm.tokenize(prompt, special=True) if isinstance(prompt, str) else list(prompt)
-    steps = greedy_trace(llm, tokens, n, **sampling)
+    steps = greedy_trace(llm, tokens, n, processors, **sampling)
     want = [s[0] for s in steps]
     if isinstance(got, str):
         if got == b"".join(llm.tokenizer.piece(t) for t in want).decode("utf-8", "replace"):
