@@ -2,7 +2,7 @@
 
 Requests are serialised by a lock, but a stream does not hold it while suspended: it takes it for
 each chunk only. A request that arrives while a stream is suspended *parks* it: the context's
-whole state (KV cache and the pending logits) and the token list are copied into the stream. The
+state (its KV cache) and the token list are copied into the stream. The
 stream's next chunk restores them, so it goes on exactly as if it had never been interrupted,
 from the same thread or another. Nothing is copied when no other request came in between.
 

@@ -303,13 +303,13 @@ class Llama(compat.LlamaCppPythonAttributes):
 
     def _state_for_parking(self) -> tuple:
         """What a suspended stream keeps when another request takes the context: the token list,
-        the context's whole state (KV cache and pending logits) and the drafter's own state."""
+        the context's state (its KV cache: llama.cpp keeps no logits in it) and the drafter's."""
         snapshot = getattr(self.drafter, "snapshot", None)
         return list(self.tokens), self.context.state_bytes(), snapshot() if snapshot else None
 
     def _restore_parked(self, parked: tuple) -> None:
-        tokens, state, drafter_state = parked
-        self.context.set_state_bytes(state)
+        tokens, context_state, drafter_state = parked
+        self.context.set_state_bytes(context_state)
         self.tokens = tokens
         self._resync_drafter(tokens, drafter_state)
 
