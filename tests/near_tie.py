@@ -36,8 +36,13 @@ def _gap(model_path: str, n_ctx: int) -> float:
         return max(float(np.abs(s - llm.context.logits(i)).max()) for i, s in enumerate(single))
 
 
+def gap(llm) -> float:
+    """The largest batch-vs-single logit difference of ``llm``'s model on this machine."""
+    return _gap(llm.model_path, max(llm.context.n_ctx, 128))
+
+
 def bound(llm) -> float:
-    return 2.0 * _gap(llm.model_path, max(llm.context.n_ctx, 128)) + FLOOR
+    return 2.0 * gap(llm) + FLOOR
 
 
 def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **sampling) -> list[tuple[int, int, float]]:
@@ -96,8 +101,7 @@ def assert_same_or_sampling_flip(llm, prompt: list[int], got: list[int], want: l
     where both tokens at the first difference are real candidates of the plain distribution."""
     if got == want:
         return
-    gap = _gap(llm.model_path, max(llm.context.n_ctx, 128))
-    assert gap > 0, "sampled outputs differ although batched and single logits are identical here"
+    assert gap(llm) > 0, "sampled outputs differ although batched and single logits are identical here"
     i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
     assert i < min(len(got), len(want)), f"outputs differ in length only: {got!r} vs {want!r}"
     llm.reset()

@@ -184,9 +184,11 @@ class LlamaCppPythonAttributes:
             if rows is not None:
                 grown[:len(rows)] = rows
             self._score_rows = rows = grown
-        for k in range(n if all_rows else 1):
-            i = k if all_rows else -1
-            rows[start + (k if all_rows else n - 1)] = self.context.logits(i)
+        if all_rows:
+            for k in range(n):
+                rows[start + k] = self.context.logits(k)
+        else:
+            rows[start + n - 1] = self.context.logits(-1)
 
     def set_seed(self, seed: int) -> None:
         """The default seed of later requests (-1 or LLAMA_DEFAULT_SEED: a random one)."""
