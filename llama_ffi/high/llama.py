@@ -68,6 +68,7 @@ class Llama(compat.LlamaCppPythonAttributes):
         split_mode: int | None = None,
         main_gpu: int | None = None,
         tensor_split: Sequence[float] | None = None,
+        rpc_servers: str | Sequence[str] | None = None,
         offload_kqv: bool | None = None,
         op_offload: bool | None = None,
         swa_full: bool | None = None,
@@ -118,7 +119,8 @@ class Llama(compat.LlamaCppPythonAttributes):
         self._model = Model(model_path, ModelParams(
             n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu, tensor_split=tensor_split,
             use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only, kv_overrides=kv_overrides,
-            progress=progress, load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp)))
+            progress=progress, rpc_servers=rpc_servers,
+            load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp)))
         self.tokenizer = Tokenizer(self._model)
         self.model_params = self._model.params  # llama-cpp-python's attribute (the C struct)
         self._context: Context | None = None
@@ -340,6 +342,8 @@ class Llama(compat.LlamaCppPythonAttributes):
         output index of the new logits (-1: the last), as the speculative stepper does."""
         self._one[0] = token
         rc = lib.llama_ffi_decode(self._context._ptr, self._one_batch)
+        if self._context.remote is not None:
+            self._context.remote.check()
         if rc != 0:
             try:
                 raise_for_decode_status(rc)

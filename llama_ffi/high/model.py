@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from llama_ffi import ffi, lib
+from llama_ffi import ffi, lib, rpc
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high._checks import flag, integer, number
 from llama_ffi.high.validate import check_model_file
@@ -30,6 +30,7 @@ class ModelParams:
     kv_overrides: Mapping[str, bool | int | float | str] | None = None
     progress: bool | None = None  # None: a bar when stderr is a terminal
     load_mtp: bool = False        # also load the NextN/MTP blocks (speculative DRAFT_MTP)
+    rpc_servers: str | Sequence[str] | None = None  # workers' "host:port" (llama_ffi.rpc)
 
     def validate(self) -> None:
         if self.n_gpu_layers is not None:
@@ -121,10 +122,20 @@ class Model:
 
     def __init__(self, path: str | os.PathLike, params: ModelParams = ModelParams()) -> None:
         self._ptr = ffi.NULL
+        self.remote: rpc.RpcDevices | None = None
         self.path = Path(path)
         params.validate()
         check_gguf_file(self.path)
         check_model_file(self.path)
+        if params.rpc_servers is not None:
+            self.remote = rpc.RpcDevices(params.rpc_servers)
+        try:
+            self._load(params)
+        except BaseException:
+            self._close_remote()
+            raise
+
+    def _load(self, params: ModelParams) -> None:
         mp = lib.llama_model_default_params()
         if params.n_gpu_layers is not None:
             mp.n_gpu_layers = params.n_gpu_layers
@@ -133,6 +144,9 @@ class Model:
         if params.main_gpu is not None:
             mp.main_gpu = params.main_gpu
         keep: list = []
+        if self.remote is not None:
+            mp.devices = self.remote.array
+            keep.append(self.remote.array)
         if params.tensor_split is not None:
             split = ffi.new("float[]", max(lib.llama_max_devices(), 1))
             split[0:len(params.tensor_split)] = list(params.tensor_split)
@@ -152,6 +166,15 @@ class Model:
             mp.progress_callback_user_data = handle
         with capture_errors() as errors:
             ptr = lib.llama_model_load_from_file(os.fsencode(self.path), mp)
+        if self.remote is not None:
+            if ptr != ffi.NULL:
+                try:
+                    self.remote.check()
+                except rpc.RpcWorkerLost:
+                    lib.llama_model_free(ptr)
+                    raise
+            else:
+                self.remote.check()
         if ptr == ffi.NULL:
             raise ValueError(f"llama.cpp could not load {self.path}: "
                              f"{reason(errors, 'unknown error (see the llama_ffi logger)')}")
@@ -173,9 +196,20 @@ class Model:
         ptr, self._ptr = self._ptr, ffi.NULL
         if ptr != ffi.NULL:
             lib.llama_model_free(ptr)
+        self._close_remote()
+
+    def _close_remote(self) -> None:
+        remote, self.remote = self.remote, None
+        if remote is not None:
+            remote.close()  # after the free: the model's buffers talk to the workers until then
+
+    def check_remote(self) -> None:
+        """Raise :class:`llama_ffi.rpc.RpcWorkerLost` when a worker of this model has gone away."""
+        if self.remote is not None:
+            self.remote.check()
 
     def __del__(self) -> None:
-        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL:
+        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL or getattr(self, "remote", None) is not None:
             self.close()
 
     def __enter__(self) -> "Model":

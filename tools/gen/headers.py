@@ -29,6 +29,7 @@ BOUND_HEADERS: tuple[BoundHeader, ...] = (
     BoundHeader("ggml-cpu.h", "ggml/include"),
     BoundHeader("ggml-opt.h", "ggml/include"),
     BoundHeader("gguf.h", "ggml/include"),
+    BoundHeader("ggml-rpc.h", "ggml/include"),
     BoundHeader("llama.h", "include"),
     BoundHeader("mtmd.h", "tools/mtmd"),
     BoundHeader("mtmd-helper.h", "tools/mtmd"),
