@@ -68,10 +68,39 @@ def _open(args: argparse.Namespace):
                  rpc_servers=args.rpc, n_gpu_layers=args.n_gpu_layers)
 
 
+def _file_scale(value: str) -> tuple[str, float]:
+    """llama.cpp's FILE:SCALE."""
+    path, sep, scale = value.rpartition(":")
+    try:
+        if not sep or not path:
+            raise ValueError
+        return path, float(scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FILE:SCALE, got {value!r}") from None
+
+
+def _adapters(args: argparse.Namespace, llm) -> dict:
+    """Load --lora adapters on ``llm``; the per-request adapter arguments of the flags."""
+    loras = [(path, 1.0) for path in args.lora or []] + list(args.lora_scaled or [])
+    for i, (path, _) in enumerate(loras):
+        llm.load_lora(f"lora{i}", path)
+    out = {"active_loras": [{"name": f"lora{i}", "scale": s} for i, (_, s) in enumerate(loras)]}
+    vectors = [(path, 1.0) for path in args.control_vector or []] + list(args.control_vector_scaled or [])
+    if vectors:
+        spec: dict = {"files": vectors}
+        if args.control_vector_layer_range:
+            spec["layer_start"], spec["layer_end"] = args.control_vector_layer_range
+        out["control_vector"] = spec
+    elif args.control_vector_layer_range:
+        raise ValueError("--control-vector-layer-range needs --control-vector or --control-vector-scaled")
+    return out
+
+
 def cmd_complete(args: argparse.Namespace) -> int:
     with _open(args) as llm:
         for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, stream=True,
-                                           stop=args.stop or None, **_sampling_kwargs(args)):
+                                           stop=args.stop or None, **_adapters(args, llm),
+                                           **_sampling_kwargs(args)):
             sys.stdout.write(chunk["choices"][0]["text"])
             sys.stdout.flush()
         sys.stdout.write("\n")
@@ -85,6 +114,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     An empty line or end of input ends the chat."""
     interactive = sys.stdin.isatty()
     with _open(args) as llm:
+        adapters = _adapters(args, llm)
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
         while True:
             if interactive:
@@ -96,7 +126,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             history.append({"role": "user", "content": line.rstrip("\n")})
             reply = []
             for chunk in llm.create_chat_completion(history, stream=True, max_tokens=args.n_predict,
-                                                    **_sampling_kwargs(args)):
+                                                    **adapters, **_sampling_kwargs(args)):
                 text = chunk["choices"][0]["delta"].get("content", "")
                 reply.append(text)
                 sys.stdout.write(text)
@@ -138,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
                         help="layers to offload to GPUs / RPC workers (default: llama.cpp's)")
     common.add_argument("--rpc", metavar="SERVERS", help="comma-separated host:port of llama-ffi rpc-server workers")
+    adapter = common.add_argument_group("adapters (llama.cpp's flags; repeatable)")
+    adapter.add_argument("--lora", action="append", metavar="FILE", help="a LoRA adapter at scale 1")
+    adapter.add_argument("--lora-scaled", action="append", type=_file_scale, metavar="FILE:SCALE")
+    adapter.add_argument("--control-vector", action="append", metavar="FILE")
+    adapter.add_argument("--control-vector-scaled", action="append", type=_file_scale, metavar="FILE:SCALE")
+    adapter.add_argument("--control-vector-layer-range", nargs=2, type=int, metavar=("START", "END"))
     spec = common.add_argument_group("speculative decoding (the output stays that of plain decoding)")
     spec.add_argument("--spec-type", choices=SPEC_TYPES, help="engine (default: none)")
     spec.add_argument("-md", "--model-draft", help="draft GGUF (--spec-type draft; or an MTP GGUF for draft-mtp)")

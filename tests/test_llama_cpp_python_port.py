@@ -218,7 +218,7 @@ def test_langchain_embeddings_and_llamaindex_metadata(tree, smollm2_path):
 # ---- what is refused names itself and the alternative -------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(lora_path="x.gguf"), r"lora_path is not supported: LoRA adapters .* llama-export-lora"),
+    (dict(lora_path="x.gguf"), r"model file not found: x.gguf"),
     (dict(lora_base="base.gguf"), r"lora_base='base.gguf' is not supported"),
     (dict(n_parts=2), r"n_parts=2 is not supported: model files are no longer split"),
     (dict(tokenizer=object()), r"tokenizer is not supported"),

@@ -45,8 +45,6 @@ REMOVED_INIT = {
 }
 REFUSED_INIT = {
     "tokenizer": "a Python tokenizer override is not supported: llama.cpp's own tokenizer is used",
-    "lora_path": "LoRA adapters are not supported yet: merge the adapter with llama.cpp's "
-                 "llama-export-lora and load the merged GGUF",
 }
 
 

@@ -109,6 +109,7 @@ class GenerationSettings:
     logprobs: int | None = None
     logits_processor: Sequence[LogitsProcessor] = ()
     stopping_criteria: Sequence[StoppingCriterion] = ()
+    adapters: object | None = None  # an adapters.Selection (None: the Llama's default set)
 
 
 def generate_events(engine, prompt: list[int], settings: GenerationSettings,
@@ -150,6 +151,7 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
                 and not getattr(engine, "_logits_all", False)):
             run = GreedyRun(engine, budget, chain)  # greedy: decode in runs, one C call each
             sample, advance = run.sample, run.advance
+        engine.use_adapters(settings.adapters)
         engine.eval_prompt(prompt)
         if stepper:
             stepper.begin(list(prompt))

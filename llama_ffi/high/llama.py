@@ -8,12 +8,13 @@ prefix with them evaluates only the new suffix.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from llama_ffi import ffi, lib
-from llama_ffi.high import compat, completion, embedding, state
+from llama_ffi.high import adapters, compat, completion, embedding, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
@@ -24,7 +25,7 @@ from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
 from llama_ffi.high.tokenizer import Tokenizer
 
-class Llama(compat.LlamaCppPythonAttributes):
+class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
     def __init__(
         self,
         model_path: str | os.PathLike,
@@ -75,6 +76,8 @@ class Llama(compat.LlamaCppPythonAttributes):
         attention_type: int | None = None,
         numa: bool | int = False,
         load_mtp: bool | None = None,
+        lora_path: str | os.PathLike | None = None,
+        lora_scale: float = 1.0,
         warmup: bool = False,
         **legacy,
     ) -> None:
@@ -142,6 +145,11 @@ class Llama(compat.LlamaCppPythonAttributes):
                 self._model.close()
                 raise
             self._batch = Batch(self._context.n_batch)
+            self.adapters = adapters.Adapters(self._model)
+            if lora_path is not None:
+                self.adapters.load(Path(lora_path).stem, lora_path)
+                self.adapters.default = self.adapters.select(
+                    [{"name": Path(lora_path).stem, "scale": lora_scale}], None)
             self.context_params.n_ctx = self._context.n_ctx  # 0 meant "the model's": say which
             self._on_decoded = getattr(self.drafter, "observe", None)
         # Serialises requests; a stream holds it per chunk only (see context_lock).
@@ -167,6 +175,7 @@ class Llama(compat.LlamaCppPythonAttributes):
             self._batch.close()
         if self._context is not None:
             self._context.close()
+            self.adapters.close()  # before the model, which frees what is left of them
         self._model.close()
 
     def __del__(self) -> None:
@@ -307,10 +316,12 @@ class Llama(compat.LlamaCppPythonAttributes):
         """What a suspended stream keeps when another request takes the context: the token list,
         the context's state (its KV cache: llama.cpp keeps no logits in it) and the drafter's."""
         snapshot = getattr(self.drafter, "snapshot", None)
-        return list(self.tokens), self.context.state_bytes(), snapshot() if snapshot else None
+        return (list(self.tokens), self.context.state_bytes(), snapshot() if snapshot else None,
+                self.adapters.applied)
 
     def _restore_parked(self, parked: tuple) -> None:
-        tokens, context_state, drafter_state = parked
+        tokens, context_state, drafter_state, selection = parked
+        self.adapters.apply(self.context, selection)  # the cache below was computed under it
         self.context.set_state_bytes(context_state)
         self.tokens = tokens
         self._resync_drafter(tokens, drafter_state)
@@ -414,7 +425,7 @@ class Llama(compat.LlamaCppPythonAttributes):
 
     def generate(self, tokens: Sequence[int], *, grammar: LlamaGrammar | None = None,
                  logits_processor=None, stopping_criteria=None, max_tokens: int | None = None,
-                 reset: bool = True, **sampling) -> Iterator[int]:
+                 reset: bool = True, active_loras=None, control_vector=None, **sampling) -> Iterator[int]:
         """Token iterator: evaluates ``tokens`` then yields sampled tokens until EOG / full context.
         ``reset=False`` continues after what the cache holds (``tokens`` follow it)."""
         compat.completion_options(sampling)
@@ -423,7 +434,8 @@ class Llama(compat.LlamaCppPythonAttributes):
         settings = completion.GenerationSettings(
             max_tokens=max_tokens, stop=[], sampling=self._sampling_params(**sampling),
             grammar=grammar, logits_processor=_as_list(logits_processor),
-            stopping_criteria=_as_list(stopping_criteria))
+            stopping_criteria=_as_list(stopping_criteria),
+            adapters=self.adapters.select(active_loras, control_vector))
         tokens = list(tokens)
 
         def work(lease) -> Iterator[int]:
@@ -461,6 +473,8 @@ class Llama(compat.LlamaCppPythonAttributes):
         logits_processor=None,
         stopping_criteria=None,
         model: str | None = None,
+        active_loras: Sequence[Mapping[str, object]] | None = None,
+        control_vector=None,
         **sampling,
     ):
         """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``.
@@ -485,7 +499,8 @@ class Llama(compat.LlamaCppPythonAttributes):
         settings = completion.GenerationSettings(
             max_tokens=max_tokens, stop=completion.normalize_stop(stop),
             sampling=self._sampling_params(**sampling), grammar=grammar, logprobs=logprobs,
-            logits_processor=_as_list(logits_processor), stopping_criteria=_as_list(stopping_criteria))
+            logits_processor=_as_list(logits_processor), stopping_criteria=_as_list(stopping_criteria),
+            adapters=self.adapters.select(active_loras, control_vector))
         settings.sampling.validate(self.n_vocab)
         if grammar is not None:
             grammar.check(self._model)
