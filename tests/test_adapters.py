@@ -162,8 +162,10 @@ def test_unloading_an_adapter_in_use_by_a_stream_is_an_error(smollm2_path, files
 def test_bad_adapters_are_clear_errors(smollm2_path, files, llm, tmp_path):
     with pytest.raises(ValueError, match="already loaded"):
         llm.load_lora("coder", files["a"])
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="LoRA adapter file not found"):
         llm.load_lora("x", tmp_path / "missing.gguf")
+    with pytest.raises(FileNotFoundError, match="LoRA adapter file not found"):
+        Llama(smollm2_path, lora_path=tmp_path / "missing.gguf", progress=False)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + bytes(range(256)) * 4)
     with pytest.raises(ValueError, match="not a readable GGUF"):

@@ -33,6 +33,8 @@ class LoraAdapter:
     def __init__(self, model: Model, name: str, path: str | os.PathLike) -> None:
         self._ptr = ffi.NULL
         self.model, self.name, self.path = model, name, Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"LoRA adapter file not found: {self.path}")
         check_gguf_file(self.path)
         kind, f32_a = _lora_header(self.path)
         if kind != "lora":
