@@ -16,29 +16,34 @@ from llama_ffi import rpc
 from llama_ffi.bench import N_GEN, N_PROMPT, _median, ffi_generation_test, ffi_prompt_test, native_test
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def wait_until_serving(proc: subprocess.Popen, endpoint: str, timeout: float = 60.0) -> None:
+    """Until the worker ``proc`` answers the handshake on ``endpoint``; RpcError if it never does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            rpc.probe(endpoint, timeout=1)
+            return
+        except rpc.RpcError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def start_workers(n: int, threads: int) -> list[tuple[subprocess.Popen, str]]:
     workers = []
     for _ in range(n):
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "llama_ffi", "rpc-server", "-p", str(port),
                                  "-t", str(threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         workers.append((proc, f"127.0.0.1:{port}"))
     for proc, endpoint in workers:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                rpc.probe(endpoint, timeout=1)
-                break
-            except rpc.RpcError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_until_serving(proc, endpoint)
     return workers
 
 

@@ -16,17 +16,12 @@ from pathlib import Path
 import pytest
 
 from llama_ffi import rpc
+from llama_ffi.bench_rpc import free_port, wait_until_serving
 from llama_ffi.high import Llama
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village,")
 N = 24
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Worker:
@@ -36,15 +31,10 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "llama_ffi", "rpc-server", "-H", host,
                                       "-p", str(self.port), "-t", "1", *extra], cwd=REPO,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                rpc.probe(self.endpoint, timeout=1)
-                return
-            except rpc.RpcError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"worker did not start: {self.proc.communicate()}")
-                time.sleep(0.1)
+        try:
+            wait_until_serving(self.proc, self.endpoint)
+        except rpc.RpcError:
+            raise RuntimeError(f"worker did not start: {self.proc.communicate(timeout=30)}") from None
 
     def stop(self) -> tuple[int, str]:
         """Ctrl-C, as a user would; the exit code and stderr."""

@@ -7,6 +7,7 @@ another key evaluates its prompt afresh (prefix reuse is keyed on the adapter se
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -80,14 +81,26 @@ def _adapter_metadata(ptr) -> dict[str, str]:
     return out
 
 
-def _lora_header(path: Path) -> tuple[str | None, str | None]:
-    """(adapter.type, the first f32 lora_a tensor's name) of a GGUF; ValueError when unreadable."""
-    params = ffi.new("struct gguf_init_params *", {"no_alloc": True, "ctx": ffi.NULL})
+@contextlib.contextmanager
+def _open_gguf(path: Path, what: str, tensors=None):
+    """A gguf_context (with tensor data into ``*tensors`` when given); ValueError when unreadable."""
+    params = ffi.new("struct gguf_init_params *", {"no_alloc": tensors is None,
+                                                   "ctx": ffi.NULL if tensors is None else tensors})
     with capture_errors() as errors:
         ctx = lib.gguf_init_from_file(os.fsencode(path), params[0])
     if ctx == ffi.NULL:
-        raise ValueError(f"{path} is not a readable GGUF file: {reason(errors, 'damaged header')}")
+        raise ValueError(f"{path} is not a readable {what}: {reason(errors, 'damaged file')}")
     try:
+        yield ctx
+    finally:
+        lib.gguf_free(ctx)
+        if tensors is not None and tensors[0] != ffi.NULL:
+            lib.ggml_free(tensors[0])
+
+
+def _lora_header(path: Path) -> tuple[str | None, str | None]:
+    """(adapter.type, the first f32 lora_a tensor's name) of a GGUF; ValueError when unreadable."""
+    with _open_gguf(path, "GGUF file") as ctx:
         i = lib.gguf_find_key(ctx, ADAPTER_TYPE_KEY.encode())
         kind = None
         if i >= 0 and lib.gguf_get_kv_type(ctx, i) == lib.GGUF_TYPE_STRING:
@@ -97,8 +110,6 @@ def _lora_header(path: Path) -> tuple[str | None, str | None]:
             if name.endswith(".lora_a") and lib.gguf_get_tensor_type(ctx, t) == lib.GGML_TYPE_F32:
                 return kind, name
         return kind, None
-    finally:
-        lib.gguf_free(ctx)
 
 
 # ---- control vectors ----------------------------------------------------------------------------
@@ -124,12 +135,7 @@ def read_control_vector_file(path: str | os.PathLike, scale: float = 1.0) -> tup
     path = Path(path)
     check_gguf_file(path)
     holder = ffi.new("struct ggml_context **")
-    params = ffi.new("struct gguf_init_params *", {"no_alloc": False, "ctx": holder})
-    with capture_errors() as errors:
-        gctx = lib.gguf_init_from_file(os.fsencode(path), params[0])
-    if gctx == ffi.NULL:
-        raise ValueError(f"{path} is not a readable control vector GGUF: {reason(errors, 'damaged file')}")
-    try:
+    with _open_gguf(path, "control vector GGUF", holder) as gctx:
         rows: dict[int, np.ndarray] = {}
         n_embd = -1
         for i in range(lib.gguf_get_n_tensors(gctx)):
@@ -148,10 +154,6 @@ def read_control_vector_file(path: str | os.PathLike, scale: float = 1.0) -> tup
             rows[int(layer)] = rows.get(int(layer), np.zeros(n, np.float32)) + values
         if not rows:
             raise ValueError(f"{path} holds no direction tensors")
-    finally:
-        lib.gguf_free(gctx)
-        if holder[0] != ffi.NULL:
-            lib.ggml_free(holder[0])
     data = np.zeros((max(rows), n_embd), np.float32)
     for layer, values in rows.items():
         data[layer - 1] = values

@@ -8,8 +8,8 @@ prefix with them evaluates only the new suffix.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
