@@ -3,7 +3,6 @@ SmolLM2's layers split over them, compared with a local CPU run (the same CPU ke
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
