@@ -425,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-e", "--embedding-model", help="an embedding GGUF (e.g. MiniLM f16): adds the "
                     "embedding throughput table")
     ap.add_argument("--skip-generation", action="store_true")
+    ap.add_argument("--parallel", action="store_true", help="add the parallel table: 1-16 sequences "
+                    "decoded together against llama-batched-bench")
     ap.add_argument("--rpc", action="store_true", help="add the RPC table: two local llama-ffi rpc-server "
                     "workers against local decoding (and llama-bench --rpc through the same workers)")
     ap.add_argument("-s", "--speculative", action="store_true", help="add the speculative decoding "
@@ -456,6 +458,16 @@ def main(argv: list[str] | None = None) -> int:
             print("llama-speculative-simple not found: llama.cpp's own n-gram rows are left out "
                   "(python -m tools.native_build --reference)", file=sys.stderr)
         print(speculative_table(rows))
+    if args.parallel:
+        from llama_ffi import bench_parallel
+
+        bench_bin = find_llama_bench(args.llama_bench)
+        batched = bench_bin.with_name("llama-batched-bench") if bench_bin else None
+        if not (batched and batched.is_file()):
+            print("llama-batched-bench not found: its column is left out "
+                  "(python -m tools.native_build --reference)", file=sys.stderr)
+            batched = None
+        print(bench_parallel.parallel_table(bench_parallel.bench(args.model, args.threads, args.repeats, batched)))
     if args.rpc:
         from llama_ffi import bench_rpc
 

@@ -36,9 +36,58 @@ def _gap(model_path: str, n_ctx: int) -> float:
         return max(float(np.abs(s - llm.context.logits(i)).max()) for i, s in enumerate(single))
 
 
+@cache
+def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
+    """The same for choices decoded together by parallel.py itself, on a fixed text: sequence s
+    reads GAP_TEXT from its token s (prompts of different lengths), its continuation forced token by
+    token; every odd sequence stops early, so its cells are freed and later tokens land in the holes
+    (out of position order, which changes the order of the attention sums). Each step's logits are
+    compared with a single-sequence decode of the same tokens."""
+    from llama_ffi.high import Llama
+
+    with Llama(model_path, n_ctx=n_ctx, n_seq_max=n_seq, progress=False) as llm:
+        tokens = llm.tokenize(GAP_TEXT, add_bos=False)
+        bos = [llm.token_bos()] if llm.token_bos() >= 0 else []
+        bases = [bos + tokens[s:] for s in range(n_seq)]  # a model may need its BOS (gemma's sink)
+        single = []
+        for base in bases:
+            llm.reset()
+            llm.eval_prompt(base[:1])
+            rows = [llm.logits().copy()]
+            for t in base[1:]:
+                llm.eval_token(t)
+                rows.append(llm.logits().copy())
+            single.append(rows)
+        llm.reset()
+        prompts = [base[:5 + 2 * s] for s, base in enumerate(bases)]
+        which = {tuple(base[:5]): s for s, base in enumerate(bases)}
+        end, worst = llm.token_eos(), [0.0]
+
+        def force(ids, logits):
+            s, n = which[tuple(ids[:5].tolist())], len(ids)
+            worst[0] = max(worst[0], float(np.abs(single[s][n - 1] - logits).max()))
+            stop = s % 2 == 1 and n - len(prompts[s]) == 2 + s
+            nxt = end if stop else bases[s][n]
+            logits[:] = -np.inf
+            logits[nxt] = 0.0
+            return logits
+
+        budget = min(len(b) for b in bases) - max(len(p) for p in prompts) - 1
+        llm(prompts, max_tokens=budget, temperature=0.0, logits_processor=[force])
+        llm.reset()
+        return worst[0]
+
+
 def gap(llm) -> float:
     """The largest batch-vs-single logit difference of ``llm``'s model on this machine."""
     return _gap(llm.model_path, max(llm.context.n_ctx, 128))
+
+
+def parallel_bound(llm, n_seq: int = 6) -> float:
+    """The near-tie bound for choices decoded together (parallel.py): twice the larger of the
+    two measured differences, plus FLOOR."""
+    n_ctx = max(llm.context.n_ctx, 128)
+    return 2.0 * max(gap(llm), _parallel_gap(llm.model_path, n_ctx, n_seq)) + FLOOR
 
 
 def bound(llm) -> float:
@@ -64,7 +113,7 @@ def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **samplin
 
 
 def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], n: int, processors=(),
-                            **sampling) -> None:
+                            limit: float | None = None, **sampling) -> None:
     """``got`` (text or tokens of a greedy run of ``n`` tokens of ``prompt``) equals plain greedy
     decoding with ``llm``, or first differs at an explained near tie."""
     tokens = llm.tokenize(prompt, special=True) if isinstance(prompt, str) else list(prompt)
@@ -87,7 +136,7 @@ def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], 
         i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
         runner_up_ok = i < len(steps) and i < len(got) and got[i] == steps[i][1]
     assert i < len(steps), f"outputs differ in length only: {got!r} vs {want!r}"
-    limit = bound(llm)
+    limit = bound(llm) if limit is None else limit
     assert steps[i][2] < limit and runner_up_ok, (
         f"diverged at token {i} where the reference's top-2 margin is {steps[i][2]:.4f} "
         f"(bound {limit:.4f}, runner-up taken: {runner_up_ok})")

@@ -70,6 +70,10 @@ class ContextParams:
             value = getattr(self, name)
             if value is not None:
                 setattr(cp, name, integer(name, value, minimum, 2**31 - 1))
+        if self.n_threads is not None and self.n_threads_batch is None:
+            # llama.cpp's tools (common's -tb) batch with the -t threads unless told; the bare
+            # struct's default (GGML_DEFAULT_N_THREADS) would oversubscribe a small machine.
+            cp.n_threads_batch = cp.n_threads
         if self.n_seq_max is not None:  # llama.cpp aborts above its internal LLAMA_MAX_SEQ (256)
             integer("n_seq_max", self.n_seq_max, 1, MAX_SEQUENCES)
         for name in ("rope_freq_base", "rope_freq_scale", "yarn_attn_factor", "yarn_beta_fast",

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from llama_ffi import ffi, lib
-from llama_ffi.high import adapters, compat, completion, embedding, state
+from llama_ffi.high import adapters, compat, completion, embedding, parallel, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
@@ -25,7 +25,7 @@ from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
 from llama_ffi.high.tokenizer import Tokenizer
 
-class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
+class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.StateMethods):
     def __init__(
         self,
         model_path: str | os.PathLike,
@@ -101,6 +101,8 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
         if verbose:
             _enable_verbose_logging()
         self.set_seed(seed)
+        if n_seq_max is None and not embeddings:  # slots for many sequences at once (parallel)
+            n_seq_max, kv_unified = parallel.default_slots(n_batch), True if kv_unified is None else kv_unified
         cparams = ContextParams(
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
             n_threads_batch=n_threads_batch, rope_scaling_type=rope_scaling_type,
@@ -134,6 +136,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
         # hidden states (MTP); None otherwise, so the per-token path pays one check.
         self._on_decoded = None
         self.last_speculative_stats: SpeculativeStats | None = None
+        self.last_parallel_stats: parallel.ParallelStats | None = None
         if not vocab_only:
             try:
                 self._context = Context(self._model, cparams)
@@ -316,8 +319,11 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
         """What a suspended stream keeps when another request takes the context: the token list,
         the context's state (its KV cache: llama.cpp keeps no logits in it) and the drafter's."""
         snapshot = getattr(self.drafter, "snapshot", None)
-        return (list(self.tokens), self.context.state_bytes(), snapshot() if snapshot else None,
-                self.adapters.applied)
+        parked = (list(self.tokens), self.context.state_bytes(), snapshot() if snapshot else None,
+                  self.adapters.applied)
+        if not self.tokens:  # a parallel request's slots: the next request starts from empty
+            self.context.clear()
+        return parked
 
     def _restore_parked(self, parked: tuple) -> None:
         tokens, context_state, drafter_state, selection = parked
@@ -475,10 +481,12 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
         model: str | None = None,
         active_loras: Sequence[Mapping[str, object]] | None = None,
         control_vector=None,
+        n: int = 1,
         **sampling,
     ):
         """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``.
-        ``model`` names the model in the result (default: its path)."""
+        ``model`` names the model in the result (default: its path). A list of prompts, or
+        ``n`` > 1, decodes all choices together (``llama_ffi.high.parallel``)."""
         self._check_open()
         compat.completion_options(sampling)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
@@ -487,15 +495,11 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
             raise ValueError(f"logprobs must be an int in 0..n_vocab, got {logprobs!r}")
         if grammar is not None and not isinstance(grammar, LlamaGrammar):
             raise TypeError("grammar must be a LlamaGrammar")
-        if isinstance(prompt, (str, bytes)):
-            tokens = self.tokenize(prompt, add_bos=True, special=True)
-            echo_text = (prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else prompt) if echo else ""
-        else:
-            tokens = list(prompt)
-            echo_text = self.detokenize(tokens).decode("utf-8", "replace") if echo else ""
-        if not tokens:
-            tokens = [self.token_bos()]
-        self._check_fits(tokens)  # now, not at the first chunk of a stream
+        prompts = parallel.prompt_list(prompt)  # None: one prompt
+        n = parallel.check_n(n)
+        pairs = [self._prompt_tokens(p, echo) for p in (prompts or [prompt])]
+        for tokens, _ in pairs:
+            self._check_fits(tokens)  # now, not at the first chunk of a stream
         settings = completion.GenerationSettings(
             max_tokens=max_tokens, stop=completion.normalize_stop(stop),
             sampling=self._sampling_params(**sampling), grammar=grammar, logprobs=logprobs,
@@ -504,7 +508,21 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
         settings.sampling.validate(self.n_vocab)
         if grammar is not None:
             grammar.check(self._model)
-        return completion.create_completion(self, tokens, settings, stream, echo_text, model or self.model_path)
+        if prompts is None and n == 1:
+            tokens, echo_text = pairs[0]
+            return completion.create_completion(self, tokens, settings, stream, echo_text, model or self.model_path)
+        return parallel.create_completion(self, [t for t, _ in pairs], n, settings, stream,
+                                          [e for _, e in pairs], model or self.model_path)
+
+    def _prompt_tokens(self, prompt, echo: bool) -> tuple[list[int], str]:
+        """A prompt's tokens (BOS alone for an empty one) and, with ``echo``, its text."""
+        if isinstance(prompt, (str, bytes)):
+            tokens = self.tokenize(prompt, add_bos=True, special=True)
+            echo_text = (prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else prompt) if echo else ""
+        else:
+            tokens = list(prompt)
+            echo_text = self.detokenize(tokens).decode("utf-8", "replace") if echo else ""
+        return tokens or [self.token_bos()], echo_text
 
     __call__ = create_completion
 
@@ -604,34 +622,6 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods):
         return [float(s[0]) for s in scores]
 
     # ---- state -------------------------------------------------------------------------------------------
-    def save_state(self, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
-        """The context's state (KV cache) with the tokens it holds: returned as bytes (with
-        llama-cpp-python's LlamaState attributes), or written to ``path``. ``load_state`` takes
-        either."""
-        with self.lock:
-            tokens = list(self.tokens)
-            data = state.encode(tokens, self.context.state_bytes())
-        if path is None:
-            return compat.LlamaState(data, tokens, self.seed)
-        state.write(path, data)
-        return None
-
-    def load_state(self, saved: bytes | str | os.PathLike) -> None:
-        tokens, context_state = state.decode(state.read(saved))
-        with self.lock:
-            self.tokenizer.check_tokens(tokens)
-            self.context.set_state_bytes(context_state)
-            self.tokens = tokens
-            # llama.cpp's state holds the KV cache but not the logits: recompute the last
-            # token's, as llama.cpp's server does after restoring a slot.
-            if tokens:
-                last_pos = len(tokens) - 1
-                self.context.seq_rm(0, last_pos, -1)
-                last = self.tokens.pop()
-                self._resync_drafter(self.tokens)
-                self._decode([last], last_pos)
-            else:
-                self._resync_drafter([])
 
 
 _numa_started = False

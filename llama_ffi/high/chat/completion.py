@@ -85,9 +85,9 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
     return LlamaGrammar.from_string(schema_to_gbnf(schema))
 
 
-def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None) -> dict:
+def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None, index: int = 0) -> dict:
     return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
 
 def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None,
@@ -134,33 +134,38 @@ def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None
     result = llm.create_completion(tokens, max_tokens=max_tokens, stream=stream and not parse_calls,
                                    **completion_kwargs)
     cid, created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
-    if parse_calls and stream:  # calls are known only at the end: generate, then stream the message
-        return _message_chunks(cid, created, llm.model_path, _message(result, tool_plan, think))
+    if parse_calls and stream:  # calls are known only at the end: generate, then stream the messages
+        return (chunk for choice in result["choices"]
+                for chunk in _message_chunks(cid, created, llm.model_path, _message(choice, tool_plan, think),
+                                             choice["index"]))
     if not stream:
-        choice = result["choices"][0]
-        message, finish = _message(result, tool_plan, think)
+        choices = []
+        for choice in result["choices"]:  # n > 1: one message per choice
+            message, finish = _message(choice, tool_plan, think)
+            choices.append({"index": choice["index"], "message": message,
+                            "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": finish})
         return {"id": cid, "object": "chat.completion", "created": created, "model": result["model"],
-                "choices": [{"index": 0, "message": message,
-                             "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": finish}],
-                "usage": result["usage"]}
+                "choices": choices, "usage": result["usage"]}
 
     def chunks() -> Iterator[dict]:
-        model = llm.model_path
-        yield _chunk(cid, created, model, {"role": "assistant"}, None)
+        model, started_choices = llm.model_path, set()
         for c in result:
             choice = c["choices"][0]
+            index = choice["index"]
+            if index not in started_choices:
+                started_choices.add(index)
+                yield _chunk(cid, created, model, {"role": "assistant"}, None, index)
             if choice["text"]:
-                yield _chunk(cid, created, model, {"content": choice["text"]}, None)
+                yield _chunk(cid, created, model, {"content": choice["text"]}, None, index)
             if choice["finish_reason"] is not None:
-                yield _chunk(cid, created, model, {}, choice["finish_reason"])
+                yield _chunk(cid, created, model, {}, choice["finish_reason"], index)
 
     return chunks()
 
 
-def _message(result: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dict, str]:
-    """The assistant message of a completion: ``reasoning_content`` split off when the model
-    thinks in tags, ``tool_calls`` when the rest holds calls."""
-    choice = result["choices"][0]
+def _message(choice: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dict, str]:
+    """The assistant message of a completion choice: ``reasoning_content`` split off when the
+    model thinks in tags, ``tool_calls`` when the rest holds calls."""
     reasoning, text = split_reasoning(choice["text"], *think)
     message = {"role": "assistant", "content": text}
     if reasoning is not None:
@@ -173,14 +178,14 @@ def _message(result: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dic
     return {**message, "content": content, "tool_calls": calls}, "tool_calls"
 
 
-def _message_chunks(cid: str, created: int, model: str, message_and_finish) -> Iterator[dict]:
+def _message_chunks(cid: str, created: int, model: str, message_and_finish, index: int = 0) -> Iterator[dict]:
     message, finish = message_and_finish
-    yield _chunk(cid, created, model, {"role": "assistant"}, None)
+    yield _chunk(cid, created, model, {"role": "assistant"}, None, index)
     if message.get("reasoning_content"):
-        yield _chunk(cid, created, model, {"reasoning_content": message["reasoning_content"]}, None)
+        yield _chunk(cid, created, model, {"reasoning_content": message["reasoning_content"]}, None, index)
     if message.get("content"):
-        yield _chunk(cid, created, model, {"content": message["content"]}, None)
+        yield _chunk(cid, created, model, {"content": message["content"]}, None, index)
     if message.get("tool_calls"):
         calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-        yield _chunk(cid, created, model, {"tool_calls": calls}, None)
-    yield _chunk(cid, created, model, {}, finish)
+        yield _chunk(cid, created, model, {"tool_calls": calls}, None, index)
+    yield _chunk(cid, created, model, {}, finish, index)

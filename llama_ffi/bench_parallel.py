@@ -1,0 +1,62 @@
+"""The benchmark's parallel table: aggregate generation tokens/s of 1, 2, 4, 8 and 16 sequences
+decoded together (one prompt each, ``N_PROMPT`` tokens, then ``N_GEN`` greedy tokens with
+end-of-generation banned), next to llama.cpp's ``llama-batched-bench`` with the same prompt length,
+generation length, context, batch sizes, unified KV cache and threads. Each llama-ffi run follows
+its native counterpart; the ratio is the median of those pairs. llama-ffi's figure is the wall
+time of its generation steps (batch, decode and sampling), as llama-batched-bench's T_TG is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from llama_ffi.bench import _median
+
+SEQUENCES = (1, 2, 4, 8, 16)
+N_PROMPT, N_GEN = 32, 128
+N_CTX, N_BATCH, N_UBATCH = 4096, 2048, 512
+
+
+def native(binary: Path, model: str, threads: int, n_seq: int) -> float:
+    cmd = [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(N_CTX),
+           "-b", str(N_BATCH), "-ub", str(N_UBATCH), "-npp", str(N_PROMPT), "-ntg", str(N_GEN),
+           "-npl", str(n_seq), "-kvu", "--output-format", "jsonl"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    rows = [json.loads(line) for line in (out.stdout + out.stderr).splitlines() if line.startswith("{")]
+    return float(rows[-1]["speed_tg"])
+
+
+def ours(llm, n_seq: int, ban: dict) -> float:
+    prompts = [[(i * 7919 + 131 * s) % llm.n_vocab() for i in range(N_PROMPT)] for s in range(n_seq)]
+    llm(prompts, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
+    return llm.last_parallel_stats.generation_tps
+
+
+def bench(model: str, threads: int, repeats: int, batched_bench: Path | None) -> list[dict]:
+    from llama_ffi import lib
+    from llama_ffi.high import Llama
+
+    with Llama(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=threads,
+               n_threads_batch=threads, n_seq_max=max(SEQUENCES), kv_unified=True, progress=False) as llm:
+        ban = {t: -float("inf") for t in range(llm.n_vocab()) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)}
+        ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
+        rows = []
+        for n_seq in SEQUENCES:
+            mine, theirs = [], []
+            for _ in range(repeats):
+                if batched_bench:
+                    theirs.append(native(batched_bench, model, threads, n_seq))
+                mine.append(ours(llm, n_seq, ban))
+            rows.append({"n_seq": n_seq, "ffi": _median(mine), "native": _median(theirs),
+                         "ratio": _median([m / t for m, t in zip(mine, theirs)]) if theirs else float("nan")})
+    return rows
+
+
+def parallel_table(rows: list[dict]) -> str:
+    single = rows[0]["ffi"]
+    out = [f"| sequences | llama-batched-bench gen t/s | llama-ffi gen t/s | vs native | vs 1 sequence |",
+           "|---:|---:|---:|---:|---:|"]
+    out += [f"| {r['n_seq']} | {r['native']:.1f} | {r['ffi']:.1f} | {r['ratio']:.3f} | {r['ffi'] / single:.2f} |"
+            for r in rows]
+    return "\n".join(out)

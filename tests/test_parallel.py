@@ -1,0 +1,182 @@
+"""Many sequences at once: a list of prompts and n choices per prompt, decoded together in one
+llama_decode per step, against the same prompts run alone (near ties explained, see near_tie)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llama_ffi.high import Llama, LlamaGrammar
+from llama_ffi.high.parallel import DEFAULT_SLOTS, choice_seed
+from near_tie import assert_same_or_near_tie, parallel_bound
+
+PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fib(n):",
+           "The three primary colors are", "My favourite recipe for soup", "Water boils at"]
+N = 24
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2_path):
+    with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False) as llm:
+        yield llm
+
+
+def texts(result) -> list[str]:
+    return [c["text"] for c in result["choices"]]
+
+
+def test_defaults_give_slots_with_a_unified_cache(llm):
+    assert llm.context.n_seq_max == DEFAULT_SLOTS
+    assert llm.context_params.kv_unified
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_greedy_choices_equal_each_prompt_alone_or_a_near_tie(model, smollm2_path, gemma3_path):
+    path = smollm2_path if model == "smollm2" else gemma3_path
+    with Llama(path, n_ctx=2048, n_threads=2, progress=False) as llm:
+        result = llm(PROMPTS, max_tokens=N, temperature=0)
+        assert [c["index"] for c in result["choices"]] == list(range(len(PROMPTS)))
+        for prompt, choice in zip(PROMPTS, result["choices"]):
+            assert choice["finish_reason"] in ("stop", "length")
+            assert_same_or_near_tie(llm, prompt, choice["text"], N, limit=parallel_bound(llm))
+        single = llm(PROMPTS[0], max_tokens=N, temperature=0)  # the plain path still works after it
+        assert_same_or_near_tie(llm, PROMPTS[0], single["choices"][0]["text"], N)
+
+
+def test_token_prompts_and_usage(llm):
+    tokens = [llm.tokenize(p) for p in PROMPTS[:3]]
+    by_text = llm(PROMPTS[:3], max_tokens=8, temperature=0)
+    by_tokens = llm(tokens, max_tokens=8, temperature=0, logprobs=0)
+    assert texts(by_text) == texts(by_tokens)
+    usage = by_tokens["usage"]
+    assert usage["prompt_tokens"] == sum(len(t) for t in tokens)
+    assert usage["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in by_tokens["choices"]) > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_n_greedy_choices_evaluate_the_prompt_once(llm):
+    result = llm(PROMPTS[1], n=3, max_tokens=N, temperature=0)
+    assert llm.last_parallel_stats.prompt_tokens == len(llm.tokenize(PROMPTS[1]))
+    assert [c["index"] for c in result["choices"]] == [0, 1, 2]
+    for text in texts(result):
+        assert_same_or_near_tie(llm, PROMPTS[1], text, N, limit=parallel_bound(llm))
+    two = llm(PROMPTS[:2], n=2, max_tokens=4, temperature=0)
+    assert len(two["choices"]) == 4
+    assert llm.last_parallel_stats.prompt_tokens == sum(len(llm.tokenize(p)) for p in PROMPTS[:2])
+
+
+def test_seeded_choices_are_reproducible_and_differ(llm):
+    kw = dict(n=3, max_tokens=16, temperature=1.0, seed=1234)
+    first, again = llm(PROMPTS[:2], **kw), llm(PROMPTS[:2], **kw)
+    assert texts(first) == texts(again)
+    assert len(first["choices"]) == 6
+    assert len(set(texts(first)[:3])) > 1  # choices of one prompt use seeds 1234, 1235, 1236
+    assert texts(llm(PROMPTS[:2], **{**kw, "seed": 99})) != texts(first)
+    assert choice_seed(1234, 2) == 1236 and choice_seed(0xFFFFFFFF, 5) == 0xFFFFFFFF
+
+
+def test_more_choices_than_slots_take_freed_slots(smollm2_path, llm):
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=2, progress=False) as small:
+        result = small(PROMPTS, max_tokens=12, temperature=0)
+        assert small.context.n_seq_max == 2
+        for prompt, text in zip(PROMPTS, texts(result)):
+            assert_same_or_near_tie(small, prompt, text, 12, limit=parallel_bound(small))
+        # n larger than the slots: the prompt is evaluated once per group of slots (3 groups of <= 2)
+        assert len(small(PROMPTS[0], n=5, max_tokens=4, temperature=0)["choices"]) == 5
+        assert small.last_parallel_stats.prompt_tokens == 3 * len(small.tokenize(PROMPTS[0]))
+
+
+def test_per_choice_stop_strings_budgets_and_logprobs(llm):
+    result = llm(PROMPTS[:3], max_tokens=N, temperature=0, stop=["\n"], logprobs=2)
+    for prompt, choice in zip(PROMPTS[:3], result["choices"]):
+        alone = llm(prompt, max_tokens=N, temperature=0, stop=["\n"], logprobs=2)["choices"][0]
+        assert "\n" not in choice["text"]
+        if choice["text"] == alone["text"]:
+            assert choice["finish_reason"] == alone["finish_reason"]
+            assert choice["logprobs"]["tokens"] == alone["logprobs"]["tokens"]
+            assert all(len(t) == 2 for t in choice["logprobs"]["top_logprobs"])
+
+
+def test_grammar_applies_to_every_choice(llm):
+    grammar = LlamaGrammar.from_string('root ::= "yes" | "no"')
+    result = llm(["Is the sky blue? Answer:", "Is fire cold? Answer:"], n=2, max_tokens=4, temperature=0.9,
+                 seed=3, grammar=grammar)
+    assert all(t in ("yes", "no") for t in texts(result))
+
+
+def test_stream_chunks_say_their_choice(llm):
+    whole = llm(PROMPTS[:3], max_tokens=12, temperature=0)
+    parts: dict[int, str] = {}
+    finishes = {}
+    chunks = list(llm(PROMPTS[:3], max_tokens=12, temperature=0, stream=True))
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        parts[choice["index"]] = parts.get(choice["index"], "") + choice["text"]
+        if choice["finish_reason"] is not None:
+            finishes[choice["index"]] = choice["finish_reason"]
+    assert [parts[i] for i in range(3)] == texts(whole)
+    assert finishes == {i: c["finish_reason"] for i, c in enumerate(whole["choices"])}
+    assert "usage" in chunks[-1] and all("usage" not in c for c in chunks[:-1])
+
+
+def test_a_suspended_parallel_stream_survives_another_request(llm):
+    whole = texts(llm(PROMPTS[:2], max_tokens=12, temperature=0))
+    single = llm(PROMPTS[3], max_tokens=8, temperature=0)["choices"][0]["text"]
+    stream = llm(PROMPTS[:2], max_tokens=12, temperature=0, stream=True)
+    parts = {0: "", 1: ""}
+    for _ in range(3):
+        c = next(stream)["choices"][0]
+        parts[c["index"]] += c["text"]
+    assert llm(PROMPTS[3], max_tokens=8, temperature=0)["choices"][0]["text"] == single  # parks it
+    for chunk in stream:
+        c = chunk["choices"][0]
+        parts[c["index"]] += c["text"]
+    assert [parts[0], parts[1]] == whole
+
+
+def test_chat_n_choices(llm):
+    messages = [{"role": "user", "content": "Name a fruit."}]
+    result = llm.create_chat_completion(messages, n=3, max_tokens=12, temperature=0.9, seed=5)
+    assert [c["index"] for c in result["choices"]] == [0, 1, 2]
+    assert all(c["message"]["role"] == "assistant" and c["message"]["content"] for c in result["choices"])
+    chunks = list(llm.create_chat_completion(messages, n=2, max_tokens=8, temperature=0, stream=True))
+    roles = [c["choices"][0]["index"] for c in chunks if c["choices"][0]["delta"].get("role")]
+    assert sorted(roles) == [0, 1]
+    content = {0: "", 1: ""}
+    for c in chunks:
+        content[c["choices"][0]["index"]] += c["choices"][0]["delta"].get("content", "")
+    assert content[0] == content[1]  # greedy: both choices of the one prompt agree
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(prompt=PROMPTS[0], n=0), ValueError, "n must be an int >= 1"),
+    (dict(prompt=PROMPTS[0], n="2"), ValueError, "n must be an int >= 1"),
+    (dict(prompt=[]), ValueError, "empty list"),
+    (dict(prompt=["a", [1, 2]]), TypeError, "not a mix"),
+    (dict(prompt=[[1, 2], [3, "x"]]), TypeError, r"prompt\[1\] must be a list of token ids"),
+])
+def test_bad_requests_are_refused_before_decoding(llm, kwargs, exc, match):
+    before = llm.n_evaluated
+    with pytest.raises(exc, match=match):
+        llm(max_tokens=4, **kwargs)
+    assert llm.n_evaluated == before
+
+
+def test_one_prompt_too_long_fails_the_request_up_front(smollm2_path):
+    with Llama(smollm2_path, n_ctx=64, n_threads=2, progress=False) as small:
+        n_ctx = small.n_ctx()  # llama.cpp may round the context up
+        long = " ".join(["word"] * (n_ctx + 10))
+        stats_before = small.last_parallel_stats
+        with pytest.raises(ValueError, match=f"the context holds only {n_ctx}"):
+            small([PROMPTS[0], long], max_tokens=4)
+        assert small.last_parallel_stats is stats_before  # nothing was decoded
+
+
+def test_state_of_the_single_path_is_kept_apart(llm):
+    llm(PROMPTS[0], max_tokens=4, temperature=0)
+    llm(PROMPTS[1:3], max_tokens=4, temperature=0)
+    assert llm.tokens == []  # the parallel run left an empty cache, so the next prompt starts clean
+    out = llm(PROMPTS[0], max_tokens=6, temperature=0)
+    assert_same_or_near_tie(llm, PROMPTS[0], out["choices"][0]["text"], 6)
+    assert json.dumps(out)  # plain JSON, as OpenAI's
