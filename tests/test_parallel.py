@@ -87,6 +87,17 @@ def test_more_choices_than_slots_take_freed_slots(smollm2_path, llm):
         assert small.last_parallel_stats.prompt_tokens == 3 * len(small.tokenize(PROMPTS[0]))
 
 
+def test_unbounded_choices_that_cannot_share_the_context_run_one_after_another(smollm2_path):
+    with Llama(smollm2_path, n_ctx=256, n_threads=2, progress=False) as small:
+        n_ctx = small.n_ctx()
+        prompt = small.tokenize(PROMPTS[0])
+        ban = {small.token_eos(): -float("inf")}  # every choice runs until the context is full
+        result = small(prompt, n=3, max_tokens=None, temperature=0.8, seed=11, logit_bias=ban)
+        assert [c["finish_reason"] for c in result["choices"]] == ["length"] * 3
+        assert result["usage"]["completion_tokens"] == 3 * (n_ctx - len(prompt))
+        assert small.last_parallel_stats.prompt_tokens == 3 * len(prompt)  # one group each
+
+
 def test_per_choice_stop_strings_budgets_and_logprobs(llm):
     result = llm(PROMPTS[:3], max_tokens=N, temperature=0, stop=["\n"], logprobs=2)
     for prompt, choice in zip(PROMPTS[:3], result["choices"]):

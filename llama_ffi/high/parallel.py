@@ -140,8 +140,11 @@ def build_groups(engine, prompts: list[list[int]], n: int, settings: GenerationS
             chain = SamplerChain(params, ctx.model.vocab_ptr, ctx.n_vocab, ctx.n_ctx, settings.grammar)
             chain.accept_prompt(prompt)
             choices.append(Choice(i, prompt, chain, budget, StopMatcher(settings.stop), history=list(prompt)))
-        for start in range(0, n, slots):  # more choices than slots: the prompt is evaluated again
-            groups.append(Group(prompt, choices[start:start + slots]))
+        # A group's choices run at once: no more than the slots, nor than the cells their budgets
+        # can fill (the rest evaluate the prompt again in a later group).
+        size = max(1, min(slots, (ctx.n_ctx - len(prompt)) // max(budget, 1)))
+        for start in range(0, n, size):
+            groups.append(Group(prompt, choices[start:start + size]))
     return groups
 
 
@@ -172,12 +175,13 @@ def parallel_events(engine, groups: list[Group], settings: GenerationSettings,
             while waiting and len(waiting[0].choices) <= len(free) and (
                     reserved + waiting[0].reserve <= n_ctx or not (evaluating or generating)):
                 group = waiting.pop(0)
+                # Finished choices keep their cells until a group is admitted: freeing them at
+                # once leaves holes that the running sequences' next tokens fill out of position
+                # order, which changes llama.cpp's attention sums (measured: up to 0.8 logits).
+                for s in free:
+                    lib.llama_memory_seq_rm(ctx.memory, s, -1, -1)
                 for c in group.choices:
                     c.seq = free.pop(0)
-                    # a finished choice's cells stay until its slot is taken: freeing them earlier
-                    # leaves holes that the running sequences' next tokens fill out of position
-                    # order, which changes llama.cpp's attention sums (measured: up to 0.8 logits)
-                    lib.llama_memory_seq_rm(ctx.memory, c.seq, -1, -1)
                 reserved += group.reserve
                 evaluating.append(group)
             batch.clear()
