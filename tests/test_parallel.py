@@ -29,6 +29,18 @@ def texts(result) -> list[str]:
 def test_defaults_give_slots_with_a_unified_cache(llm):
     assert llm.context.n_seq_max == DEFAULT_SLOTS
     assert llm.context_params.kv_unified
+    # batches (prompts, parallel steps) use the n_threads given, as llama.cpp's tools do
+    assert llm.context_params.n_threads_batch == llm.context_params.n_threads == 2
+
+
+def test_a_prompt_that_fills_the_context_generates_nothing(smollm2_path):
+    with Llama(smollm2_path, n_ctx=256, n_threads=2, progress=False) as small:
+        full = [small.token_bos()] + small.tokenize(" word" * 400, add_bos=False)[:small.n_ctx() - 1]
+        result = small([full, small.tokenize(PROMPTS[0])], max_tokens=4, temperature=0)
+        assert result["choices"][0]["text"] == "" and result["choices"][0]["finish_reason"] == "length"
+        alone = small(full, max_tokens=4, temperature=0)["choices"][0]
+        assert alone["text"] == "" and alone["finish_reason"] == "length"
+        assert result["choices"][1]["text"]
 
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma3"])

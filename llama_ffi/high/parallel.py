@@ -259,6 +259,9 @@ def _step(c: Choice, ctx, ctx_ptr, vocab, piece, settings: GenerationSettings,
     if c.output < 0:
         return None
     idx, c.output = c.output, -1
+    if c.produced >= c.budget:  # a prompt that fills the context: nothing to generate
+        c.finish_reason = "length"
+        return None
     processors, criteria, want_logprobs = settings.logits_processor, settings.stopping_criteria, \
         settings.logprobs is not None
     logits = lp = None
