@@ -5,8 +5,9 @@ from llama_ffi.high.context import Context, ContextParams, DecodeError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.llama import Llama, LlamaEmbedding
 from llama_ffi.high.model import Model, ModelParams
+from llama_ffi.high.multimodal import MTMDChatHandler
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.tokenizer import Tokenizer
 
 __all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding", "LlamaGrammar", "LlamaState",
-           "Model", "ModelParams", "SamplingParams", "Tokenizer"]
+           "MTMDChatHandler", "Model", "ModelParams", "SamplingParams", "Tokenizer"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from llama_ffi import ffi, lib
-from llama_ffi.high import adapters, compat, completion, embedding, parallel, state
+from llama_ffi.high import adapters, compat, completion, embedding, multimodal, parallel, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
@@ -78,6 +78,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         load_mtp: bool | None = None,
         lora_path: str | os.PathLike | None = None,
         lora_scale: float = 1.0,
+        mmproj_path: str | os.PathLike | None = None,
         warmup: bool = False,
         **legacy,
     ) -> None:
@@ -92,6 +93,10 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
             speculative = legacy_options["speculative"]
         if embedding is not None:
             embeddings = embeddings or flag("embedding", embedding)
+        if isinstance(chat_handler, multimodal.MTMDChatHandler):  # it names the projector only
+            mmproj_path, chat_handler = mmproj_path or chat_handler.mmproj_path, None
+        if mmproj_path is not None and speculative is not None:
+            raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
         self.chat_format, self.chat_handler = chat_format, chat_handler
         self._logits_all = flag("logits_all", logits_all)
         self.last_n_tokens_size = integer("last_n_tokens_size", last_n_tokens_size, -1)
@@ -129,6 +134,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         self.tokenizer = Tokenizer(self._model)
         self.model_params = self._model.params  # llama-cpp-python's attribute (the C struct)
         self._context: Context | None = None
+        self.mtmd: multimodal.MtmdContext | None = None
         self._batch: Batch | None = None
         self.speculative = speculative
         self.drafter = None
@@ -148,6 +154,8 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
                 self._model.close()
                 raise
             self._batch = Batch(self._context.n_batch)
+            self.mtmd = None if mmproj_path is None else multimodal.MtmdContext(
+                self._model, mmproj_path, n_threads, use_gpu=n_gpu_layers != 0)
             self.adapters = adapters.Adapters(self._model)
             if lora_path is not None:
                 self.adapters.load(Path(lora_path).stem, lora_path)
@@ -158,6 +166,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         # Serialises requests; a stream holds it per chunk only (see context_lock).
         self.lock = ContextLock(self)
         self.tokens: list[int] = []          # what the KV cache of sequence 0 holds
+        self.media_spans: list[tuple[int, int, str]] = []  # (start, positions, media id) in it
         self._score_rows: np.ndarray | None = None  # logits_all: the logits of every cached position
         self.n_evaluated = 0                 # tokens decoded so far (prefix reuse shows here)
         self._one = ffi.new("llama_token[1]")
@@ -176,6 +185,8 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
             self.drafter.close()
         if self._batch is not None:
             self._batch.close()
+        if self.mtmd is not None:
+            self.mtmd.close()  # before the model it was made for
         if self._context is not None:
             self._context.close()
             self.adapters.close()  # before the model, which frees what is left of them
@@ -217,6 +228,14 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
     def n_embd(self) -> compat.CallableInt:
         self._check_open()
         return compat.CallableInt(self._model.n_embd)
+
+    @property
+    def supports_vision(self) -> bool:
+        return self.mtmd is not None and self.mtmd.supports_vision
+
+    @property
+    def supports_audio(self) -> bool:
+        return self.mtmd is not None and self.mtmd.supports_audio
 
     def pooling_type(self) -> int:
         return lib.llama_pooling_type(self.context.ptr)
@@ -308,6 +327,8 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
 
     def eval_prompt(self, prompt: Sequence[int]) -> None:
         """Make the KV cache hold exactly ``prompt``, evaluating only what is not cached."""
+        if isinstance(prompt, multimodal.MediaPrompt):
+            return multimodal.evaluate(self, prompt)
         ctx = self.context
         if not prompt:
             raise ValueError("prompt is empty")
@@ -516,6 +537,8 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
 
     def _prompt_tokens(self, prompt, echo: bool) -> tuple[list[int], str]:
         """A prompt's tokens (BOS alone for an empty one) and, with ``echo``, its text."""
+        if isinstance(prompt, multimodal.MediaPrompt):
+            return prompt, ""
         if isinstance(prompt, (str, bytes)):
             tokens = self.tokenize(prompt, add_bos=True, special=True)
             echo_text = (prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else prompt) if echo else ""

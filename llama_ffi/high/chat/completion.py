@@ -16,6 +16,7 @@ from llama_ffi.high.chat.templates import ChatTemplate
 from llama_ffi.high.chat.json_schema import schema_to_gbnf
 from llama_ffi.high.compat import chat_logprobs
 from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.high.multimodal import MediaPrompt, extract_media
 
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
 
@@ -85,6 +86,9 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
     return LlamaGrammar.from_string(schema_to_gbnf(schema))
 
 
+MEDIA_MARKER = "<__media__>"  # mtmd's default, for messages checked without an mmproj
+
+
 def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None, index: int = 0) -> dict:
     return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
@@ -98,6 +102,11 @@ def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None
                            reasoning_end: str = "</think>", reasoning_budget_message: str = "",
                            reasoning_start_in_prompt: bool | None = None,
                            reasoning_start_max_tokens: int | None = None, **completion_kwargs):
+    mtmd = llm.mtmd
+    messages, media = extract_media(messages, mtmd.marker if mtmd is not None else MEDIA_MARKER)
+    if media and mtmd is None:
+        raise ValueError("the messages hold images or audio, but this Llama was loaded without an mmproj "
+                         "(Llama(..., mmproj_path=...) or chat_handler=MTMDChatHandler(mmproj_path=...))")
     messages = validate_messages(messages)
     tool_plan = tool_calls.plan(tools, tool_choice)
     extra = dict(extra_template_arguments or {})
@@ -129,7 +138,10 @@ def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None
     bos_text = llm.tokenizer.piece(llm.token_bos(), special=True) if llm.token_bos() >= 0 else b""
     add_bos = bool(lib.llama_vocab_get_add_bos(llm._model.vocab_ptr)) and not (
         bos_text and prompt.encode().startswith(bos_text))
-    tokens = llm.tokenize(prompt, add_bos=add_bos, special=True)
+    if media:  # text and media chunks: the markers the template kept become the media
+        tokens = MediaPrompt(mtmd, prompt, media, add_special=add_bos)
+    else:
+        tokens = llm.tokenize(prompt, add_bos=add_bos, special=True)
     parse_calls = tool_plan.mode != "none" or reasoning_budget is not None or started
     result = llm.create_completion(tokens, max_tokens=max_tokens, stream=stream and not parse_calls,
                                    **completion_kwargs)

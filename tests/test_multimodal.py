@@ -1,0 +1,173 @@
+"""Images through mtmd: a synthetic LLaVA-style projector for SmolLM2 (tiny_mmproj), llama.cpp's test
+image and generated PNGs of odd sizes, against llama-mtmd-cli built from the pinned tree."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tiny_mmproj
+from llama_ffi import ffi
+from llama_ffi.high import Llama, MTMDChatHandler
+from llama_ffi.high.speculative import SpecConfig
+
+N, N_CTX = 16, 2048
+QUESTION = "Describe."
+
+
+def png(path: Path, width: int, height: int, seed: int) -> Path:
+    """An RGB PNG of seeded noise (written by hand: no imaging library needed)."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    raw = b"".join(b"\x00" + row.tobytes() for row in pixels)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
+                     + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.fixture(scope="module")
+def media(tree, tmp_path_factory):
+    d = tmp_path_factory.mktemp("media")
+    return {"jpeg": tree.path / "tools" / "mtmd" / "test-1.jpeg",  # 640 x 488
+            "tiny": png(d / "tiny.png", 7, 5, 1), "wide": png(d / "wide.png", 1200, 300, 2),
+            "mmproj": tiny_mmproj.write_mmproj(d / "mmproj.gguf", n_embd_text=576),
+            "misfit": tiny_mmproj.write_mmproj(d / "misfit.gguf", n_embd_text=64), "dir": d}
+
+
+@pytest.fixture(scope="module")
+def mtmd_cli(tree):
+    from tools.native_build import build_reference_tools
+
+    return build_reference_tools(tree, ("llama-mtmd-cli",)) / "llama-mtmd-cli"
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2_path, media):
+    # chat_format="chatml": llama-mtmd-cli renders with llama.cpp's built-in ChatML (no default
+    # system message, unlike SmolLM2's Jinja template)
+    with Llama(smollm2_path, mmproj_path=media["mmproj"], n_ctx=N_CTX, n_threads=2, chat_format="chatml",
+               progress=False) as llm:
+        yield llm
+
+
+def reference(mtmd_cli, smollm2_path, media, images) -> str:
+    cmd = [str(mtmd_cli), "-m", str(smollm2_path), "--mmproj", str(media["mmproj"]), "-p", QUESTION,
+           "-n", str(N), "--temp", "0", "-t", "2", "-c", str(N_CTX), "--no-warmup"]
+    for image in images:
+        cmd += ["--image", str(image)]
+    out = subprocess.run(cmd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
+    return out.stdout.decode("utf-8", "replace").strip()
+
+
+def ask(llm, images, **kw) -> dict:
+    parts = [{"type": "image_url", "image_url": {"url": str(i)}} for i in images]
+    return llm.create_chat_completion([{"role": "user", "content": [*parts, {"type": "text", "text": QUESTION}]}],
+                                      max_tokens=N, temperature=0, **kw)
+
+
+@pytest.mark.parametrize("images", [["jpeg"], ["tiny"], ["wide"], ["jpeg", "wide"]])
+def test_greedy_output_equals_llama_mtmd_cli(llm, mtmd_cli, smollm2_path, media, images):
+    files = [media[i] for i in images]
+    got = ask(llm, files)
+    assert got["choices"][0]["message"]["content"].strip() == reference(mtmd_cli, smollm2_path, media, files)
+    # the prompt's positions count the media: 16 per image (a 32-pixel image of 8-pixel patches)
+    text_only = llm.create_chat_completion([{"role": "user", "content": QUESTION}], max_tokens=1, temperature=0)
+    assert got["usage"]["prompt_tokens"] == text_only["usage"]["prompt_tokens"] + 16 * len(files)
+
+
+def test_every_form_of_an_image_is_the_same_image(llm, media):
+    data = Path(media["jpeg"]).read_bytes()
+    want = ask(llm, [media["jpeg"]])["choices"][0]["message"]["content"]
+    for form in (f"file://{media['jpeg']}", "data:image/jpeg;base64," + base64.b64encode(data).decode(), data):
+        message = {"role": "user", "content": [{"type": "image_url", "image_url": form},
+                                               {"type": "text", "text": QUESTION}]}
+        assert llm.create_chat_completion([message], max_tokens=N, temperature=0)["choices"][0]["message"]["content"] == want
+    before = llm.mtmd.media_encoded
+    streamed = "".join(c["choices"][0]["delta"].get("content", "")
+                       for c in ask(llm, [media["jpeg"]], stream=True))
+    assert streamed == want and llm.mtmd.media_encoded == before  # the same request: cached, not re-encoded
+
+
+def test_the_image_changes_the_answer(llm, media):
+    answers = {ask(llm, [media[k]])["choices"][0]["message"]["content"] for k in ("jpeg", "tiny", "wide")}
+    assert len(answers) > 1
+
+
+def test_what_the_projector_takes(llm, smollm2_path):
+    assert llm.supports_vision and not llm.supports_audio
+    with Llama(smollm2_path, n_ctx=256, progress=False) as plain:
+        assert not plain.supports_vision and plain.mtmd is None
+
+
+def test_mtmd_chat_handler_loads_the_projector(smollm2_path, media):
+    with Llama(smollm2_path, chat_handler=MTMDChatHandler(mmproj_path=media["mmproj"]), n_ctx=512,
+               chat_format="chatml", progress=False) as llm:
+        assert llm.supports_vision and llm.chat_handler is None
+        assert ask(llm, [media["tiny"]])["choices"][0]["message"]["content"]
+    assert llm._closed and llm.mtmd._ptr == ffi.NULL  # freed with the Llama, before its model
+
+
+def test_bad_media_are_clear_errors(llm, smollm2_path, media, tmp_path):
+    def message(part):
+        return [{"role": "user", "content": [part, {"type": "text", "text": QUESTION}]}]
+
+    cases = [
+        ({"type": "image_url", "image_url": b"\x89PNG not really an image"}, ValueError, "could not be decoded"),
+        ({"type": "image_url", "image_url": "https://example.com/cat.png"}, ValueError, "never fetches"),
+        ({"type": "image_url", "image_url": "data:image/png;base64,@@@"}, ValueError, "base64 data is malformed"),
+        ({"type": "image_url", "image_url": str(tmp_path / "none.png")}, FileNotFoundError, "image file not found"),
+        ({"type": "video_url", "video_url": "x.mp4"}, ValueError, "unsupported type 'video_url'"),
+        ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "ogg"}}, ValueError, "not one of wav"),
+        ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, ValueError, "takes no audio"),
+    ]
+    for part, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            llm.create_chat_completion(message(part), max_tokens=2)
+    with pytest.raises(ValueError, match="3 media markers .* for 1 media items"):
+        llm.create_chat_completion([{"role": "user", "content": [
+            {"type": "image_url", "image_url": str(media["tiny"])},
+            {"type": "text", "text": "<__media__><__media__>" + QUESTION}]}], max_tokens=2)
+    with Llama(smollm2_path, n_ctx=256, progress=False) as plain:
+        with pytest.raises(ValueError, match="loaded without an mmproj"):
+            plain.create_chat_completion(message({"type": "image_url", "image_url": str(media["tiny"])}))
+    with pytest.raises(FileNotFoundError, match="mmproj file not found"):
+        Llama(smollm2_path, mmproj_path=tmp_path / "missing.gguf", progress=False)
+    with pytest.raises(ValueError, match=r"mismatch between text model \(n_embd = 576\) and mmproj \(n_embd = 64\)"):
+        Llama(smollm2_path, mmproj_path=media["misfit"], progress=False)
+    with pytest.raises(ValueError, match="speculative decoding with an mmproj"):
+        Llama(smollm2_path, mmproj_path=media["mmproj"], speculative=SpecConfig(type="ngram-map-k"), progress=False)
+    assert ask(llm, [media["tiny"]])["choices"][0]["message"]["content"]  # still usable after all that
+
+
+def test_a_second_turn_reuses_the_cached_image(llm, smollm2_path, media):
+    first = [{"role": "user", "content": [{"type": "image_url", "image_url": str(media["jpeg"])},
+                                          {"type": "text", "text": QUESTION}]}]
+    answer = llm.create_chat_completion(first, max_tokens=N, temperature=0)["choices"][0]["message"]["content"]
+    conversation = first + [{"role": "assistant", "content": answer},
+                            {"role": "user", "content": "And what colour is it?"}]
+    encoded, evaluated = llm.mtmd.media_encoded, llm.n_evaluated
+    second = llm.create_chat_completion(conversation, max_tokens=N, temperature=0)
+    assert llm.mtmd.media_encoded == encoded  # the image was not encoded again
+    assert llm.n_evaluated - evaluated < second["usage"]["prompt_tokens"] - 16  # nor its prefix decoded
+    with Llama(smollm2_path, mmproj_path=media["mmproj"], n_ctx=N_CTX, n_threads=2, chat_format="chatml",
+               progress=False) as fresh:
+        whole = fresh.create_chat_completion(conversation, max_tokens=N, temperature=0)
+        assert fresh.mtmd.media_encoded == 1
+    assert second["choices"][0]["message"]["content"] == whole["choices"][0]["message"]["content"]
+    # another image at the same place is encoded; a text-only request afterwards still works
+    other = [{"role": "user", "content": [{"type": "image_url", "image_url": str(media["wide"])},
+                                          {"type": "text", "text": QUESTION}]}]
+    llm.create_chat_completion(other, max_tokens=2, temperature=0)
+    assert llm.mtmd.media_encoded == encoded + 1
+    assert llm("The capital of France is", max_tokens=4, temperature=0)["choices"][0]["text"]
