@@ -425,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-e", "--embedding-model", help="an embedding GGUF (e.g. MiniLM f16): adds the "
                     "embedding throughput table")
     ap.add_argument("--skip-generation", action="store_true")
+    ap.add_argument("--mmproj", help="a multimodal projector: adds the image table against llama-mtmd-cli")
+    ap.add_argument("--image", help="the image for --mmproj (default: llama.cpp's tools/mtmd/test-1.jpeg)")
     ap.add_argument("--parallel", action="store_true", help="add the parallel table: 1-16 sequences "
                     "decoded together against llama-batched-bench")
     ap.add_argument("--rpc", action="store_true", help="add the RPC table: two local llama-ffi rpc-server "
@@ -458,6 +460,14 @@ def main(argv: list[str] | None = None) -> int:
             print("llama-speculative-simple not found: llama.cpp's own n-gram rows are left out "
                   "(python -m tools.native_build --reference)", file=sys.stderr)
         print(speculative_table(rows))
+    if args.mmproj:
+        from llama_ffi import bench_mtmd
+
+        image = args.image or str(Path("vendor/llama.cpp/tools/mtmd/test-1.jpeg"))
+        bench_bin = find_llama_bench(args.llama_bench)
+        cli = bench_bin.with_name("llama-mtmd-cli") if bench_bin else None
+        cli = cli if cli and cli.is_file() else None
+        print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
     if args.parallel:
         from llama_ffi import bench_parallel
 

@@ -65,7 +65,7 @@ def _open(args: argparse.Namespace):
 
     return Llama(_model_path(args), n_ctx=args.ctx_size, n_threads=args.threads,
                  n_threads_batch=args.threads, speculative=_speculative(args), verbose=args.verbose,
-                 rpc_servers=args.rpc, n_gpu_layers=args.n_gpu_layers)
+                 rpc_servers=args.rpc, n_gpu_layers=args.n_gpu_layers, mmproj_path=args.mmproj)
 
 
 def _file_scale(value: str) -> tuple[str, float]:
@@ -96,7 +96,39 @@ def _adapters(args: argparse.Namespace, llm) -> dict:
     return out
 
 
+def _media_parts(images, audios) -> list[dict]:
+    """OpenAI content parts for --image / --audio files (llama-mtmd-cli's flags)."""
+    import base64
+    from pathlib import Path
+
+    parts = [{"type": "image_url", "image_url": {"url": str(Path(f).resolve())}} for f in images or []]
+    for f in audios or []:
+        data = base64.b64encode(Path(f).read_bytes()).decode()
+        parts.append({"type": "input_audio", "input_audio": {"data": data, "format": Path(f).suffix.lstrip(".").lower()}})
+    return parts
+
+
+def _stream_chat(llm, messages, args, adapters: dict) -> str:
+    reply = []
+    for chunk in llm.create_chat_completion(messages, stream=True, max_tokens=args.n_predict,
+                                            **adapters, **_sampling_kwargs(args)):
+        text = chunk["choices"][0]["delta"].get("content", "")
+        reply.append(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return "".join(reply)
+
+
 def cmd_complete(args: argparse.Namespace) -> int:
+    media = _media_parts(args.image, args.audio)
+    if media:  # as llama-mtmd-cli: one user turn of the media and the prompt, in the chat template
+        if not args.mmproj:
+            raise ValueError("--image / --audio need --mmproj (the model's multimodal projector)")
+        with _open(args) as llm:
+            _stream_chat(llm, [{"role": "user", "content": [*media, {"type": "text", "text": args.prompt}]}],
+                         args, _adapters(args, llm))
+        return 0
     with _open(args) as llm:
         for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, stream=True,
                                            stop=args.stop or None, **_adapters(args, llm),
@@ -111,11 +143,12 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Interactive chat: one user turn per input line, history kept, replies streamed.
-    An empty line or end of input ends the chat."""
+    ``/image PATH`` attaches an image to the next message. An empty line or end of input ends it."""
     interactive = sys.stdin.isatty()
     with _open(args) as llm:
         adapters = _adapters(args, llm)
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
+        pending: list[dict] = []
         while True:
             if interactive:
                 sys.stdout.write("> ")
@@ -123,16 +156,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
             line = sys.stdin.readline()
             if not line or not line.strip():
                 return 0
-            history.append({"role": "user", "content": line.rstrip("\n")})
-            reply = []
-            for chunk in llm.create_chat_completion(history, stream=True, max_tokens=args.n_predict,
-                                                    **adapters, **_sampling_kwargs(args)):
-                text = chunk["choices"][0]["delta"].get("content", "")
-                reply.append(text)
-                sys.stdout.write(text)
-                sys.stdout.flush()
-            sys.stdout.write("\n")
-            history.append({"role": "assistant", "content": "".join(reply)})
+            line = line.rstrip("\n")
+            if line.startswith("/image "):  # as llama-mtmd-cli: the image goes with the next message
+                if not args.mmproj:
+                    raise ValueError("/image needs --mmproj (the model's multimodal projector)")
+                pending += _media_parts([line[len("/image "):].strip()], [])
+                continue
+            content = [*pending, {"type": "text", "text": line}] if pending else line
+            pending = []
+            history.append({"role": "user", "content": content})
+            history.append({"role": "assistant", "content": _stream_chat(llm, history, args, adapters)})
 
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
@@ -167,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's logs")
     common.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
                         help="layers to offload to GPUs / RPC workers (default: llama.cpp's)")
+    common.add_argument("--mmproj", metavar="FILE", help="multimodal projector GGUF (images/audio)")
     common.add_argument("--rpc", metavar="SERVERS", help="comma-separated host:port of llama-ffi rpc-server workers")
     adapter = common.add_argument_group("adapters (llama.cpp's flags; repeatable)")
     adapter.add_argument("--lora", action="append", metavar="FILE", help="a LoRA adapter at scale 1")
@@ -182,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("prompt")
     complete.add_argument("-n", "--n-predict", type=int, default=128, help="max tokens (-1: until full)")
     complete.add_argument("--stop", action="append", help="stop string (repeatable)")
+    complete.add_argument("--image", action="append", metavar="FILE", help="an image (repeatable; needs --mmproj)")
+    complete.add_argument("--audio", action="append", metavar="FILE", help="a WAV/MP3/FLAC file (needs --mmproj)")
     _sampling_flags(complete)
     complete.set_defaults(func=cmd_complete)
     chat = sub.add_parser("chat", parents=[common], help="interactive chat (history kept, streaming)")

@@ -171,3 +171,24 @@ def test_a_second_turn_reuses_the_cached_image(llm, smollm2_path, media):
     llm.create_chat_completion(other, max_tokens=2, temperature=0)
     assert llm.mtmd.media_encoded == encoded + 1
     assert llm("The capital of France is", max_tokens=4, temperature=0)["choices"][0]["text"]
+
+
+def test_cli_image_flags(smollm2_path, media):
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    base = [sys.executable, "-m", "llama_ffi"]
+    flags = ["-m", str(smollm2_path), "--mmproj", str(media["mmproj"]), "-n", str(N), "--temp", "0", "-t", "2"]
+    with Llama(smollm2_path, mmproj_path=media["mmproj"], n_ctx=2048, n_threads=2, progress=False) as same:
+        want = ask(same, [media["jpeg"]])["choices"][0]["message"]["content"]  # the CLI's context and template
+    out = subprocess.run([*base, "complete", QUESTION, *flags, "--image", str(media["jpeg"])], cwd=repo,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == want + "\n"
+    chat = subprocess.run([*base, "chat", *flags], cwd=repo, input=f"/image {media['jpeg']}\n{QUESTION}\n",
+                          capture_output=True, text=True, timeout=300)
+    assert chat.returncode == 0, chat.stderr[-2000:]
+    assert chat.stdout == want + "\n"
+    bad = subprocess.run([*base, "complete", QUESTION, "-m", str(smollm2_path), "--image", str(media["jpeg"])],
+                         cwd=repo, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "need --mmproj" in bad.stderr
