@@ -41,7 +41,9 @@ def media(tree, tmp_path_factory):
     return {"jpeg": tree.path / "tools" / "mtmd" / "test-1.jpeg",  # 640 x 488
             "tiny": png(d / "tiny.png", 7, 5, 1), "wide": png(d / "wide.png", 1200, 300, 2),
             "mmproj": tiny_mmproj.write_mmproj(d / "mmproj.gguf", n_embd_text=576),
-            "misfit": tiny_mmproj.write_mmproj(d / "misfit.gguf", n_embd_text=64), "dir": d}
+            "misfit": tiny_mmproj.write_mmproj(d / "misfit.gguf", n_embd_text=64),
+            "audio_mmproj": tiny_mmproj.write_audio_mmproj(d / "audio-mmproj.gguf", n_embd_text=576),
+            "mp3": tree.path / "tools" / "mtmd" / "test-2.mp3", "dir": d}
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +62,11 @@ def llm(smollm2_path, media):
         yield llm
 
 
-def reference(mtmd_cli, smollm2_path, media, images) -> str:
-    cmd = [str(mtmd_cli), "-m", str(smollm2_path), "--mmproj", str(media["mmproj"]), "-p", QUESTION,
+def reference(mtmd_cli, smollm2_path, media, images, mmproj_key="mmproj", flag="--image", question=QUESTION) -> str:
+    cmd = [str(mtmd_cli), "-m", str(smollm2_path), "--mmproj", str(media[mmproj_key]), "-p", question,
            "-n", str(N), "--temp", "0", "-t", "2", "-c", str(N_CTX), "--no-warmup"]
     for image in images:
-        cmd += ["--image", str(image)]
+        cmd += [flag, str(image)]
     out = subprocess.run(cmd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
     return out.stdout.decode("utf-8", "replace").strip()
@@ -192,3 +194,21 @@ def test_cli_image_flags(smollm2_path, media):
     bad = subprocess.run([*base, "complete", QUESTION, "-m", str(smollm2_path), "--image", str(media["jpeg"])],
                          cwd=repo, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "need --mmproj" in bad.stderr
+
+
+def test_audio_equals_llama_mtmd_cli(smollm2_path, media, mtmd_cli):
+    """A tiny Qwen2-Audio-style projector and llama.cpp's test-2.mp3 (mtmd computes the log-mel
+    input; 30 s chunks of 1500 positions)."""
+    data = base64.b64encode(Path(media["mp3"]).read_bytes()).decode()
+    message = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": data, "format": "mp3"}},
+                                            {"type": "text", "text": "Transcribe."}]}]
+    with Llama(smollm2_path, mmproj_path=media["audio_mmproj"], n_ctx=N_CTX, n_threads=2, chat_format="chatml",
+               progress=False) as llm:
+        assert llm.supports_audio and not llm.supports_vision
+        got = llm.create_chat_completion(message, max_tokens=N, temperature=0)
+        want = reference(mtmd_cli, smollm2_path, media, [media["mp3"]], "audio_mmproj", "--audio", "Transcribe.")
+        assert got["choices"][0]["message"]["content"].strip() == want
+        text_only = llm.create_chat_completion([{"role": "user", "content": "Transcribe."}], max_tokens=1)
+        assert got["usage"]["prompt_tokens"] > text_only["usage"]["prompt_tokens"] + 100  # audio positions
+        with pytest.raises(ValueError, match="takes no images"):
+            ask(llm, [media["tiny"]])
