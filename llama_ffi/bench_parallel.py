@@ -55,7 +55,7 @@ def bench(model: str, threads: int, repeats: int, batched_bench: Path | None) ->
 
 def parallel_table(rows: list[dict]) -> str:
     single = rows[0]["ffi"]
-    out = [f"| sequences | llama-batched-bench gen t/s | llama-ffi gen t/s | vs native | vs 1 sequence |",
+    out = ["| sequences | llama-batched-bench gen t/s | llama-ffi gen t/s | vs native | vs 1 sequence |",
            "|---:|---:|---:|---:|---:|"]
     out += [f"| {r['n_seq']} | {r['native']:.1f} | {r['ffi']:.1f} | {r['ratio']:.3f} | {r['ffi'] / single:.2f} |"
             for r in rows]

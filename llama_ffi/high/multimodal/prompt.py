@@ -74,9 +74,6 @@ class MediaPrompt:
                 self.cells += [MEDIA_POSITION] * lib.mtmd_input_chunk_get_n_pos(chunk)
                 self.pieces.append(Piece(chunk, start, None, media_id))
 
-    @property
-    def n_media(self) -> int:
-        return sum(1 for p in self.pieces if p.media_id is not None)
 
     def __len__(self) -> int:
         return len(self.cells)
