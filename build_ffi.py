@@ -211,7 +211,7 @@ int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_voca
 
 
 def generate_for(tree: Tree) -> Bindings:
-    return generate(tree.path, tree.commit)
+    return generate(tree.path, tree.label)
 
 
 def write_headers(bindings: Bindings, out_dir: Path = HEADERS_DIR) -> list[Path]:
@@ -288,7 +288,7 @@ def compile_module(tree: Tree, lib_dir: Path, tmpdir: Path) -> Path:
     bound = [d for d in bindings.declarations if d.kind != "function" or d.name in exported]
     enumerators = sorted(_enumerator_names(d.node for d in bindings.declarations if d.kind in (TAG, TYPEDEF)))
     ints = enumerators + [c.name for c in bindings.constants if c.kind == "int"]
-    module.with_name("_lib.pyi").write_text(stub.render(bound, ints, tree.commit))
+    module.with_name("_lib.pyi").write_text(stub.render(bound, ints, tree.label))
     return module
 
 
@@ -309,7 +309,7 @@ def _enumerator_names(nodes):
 def coverage_report(tree: Tree, lib_dir: Path) -> str:
     bindings = generate_for(tree)
     exported = set(exported_functions(libraries_in(lib_dir)))
-    return measure(bindings.declarations, exported, bindings.constants).markdown(tree.commit)
+    return measure(bindings.declarations, exported, bindings.constants).markdown(tree.label)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             print("headers/ is stale for this tree: " + ", ".join(stale)
                   + "\nregenerate with: python build_ffi.py --write", file=sys.stderr)
             return 1
-        print(f"headers/ matches llama.cpp {tree.commit[:12]}")
+        print(f"headers/ matches llama.cpp {tree.label[:12]}")
         return 0
     except (GenerationError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -5,45 +5,23 @@ llama.cpp's own client pays without llama-ffi's relay."""
 
 from __future__ import annotations
 
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from llama_ffi import rpc
 from llama_ffi.bench import N_GEN, N_PROMPT, _median, ffi_generation_test, ffi_prompt_test, native_test
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_serving(proc: subprocess.Popen, endpoint: str, timeout: float = 60.0) -> None:
-    """Until the worker ``proc`` answers the handshake on ``endpoint``; RpcError if it never does."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            rpc.probe(endpoint, timeout=1)
-            return
-        except rpc.RpcError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def start_workers(n: int, threads: int) -> list[tuple[subprocess.Popen, str]]:
     workers = []
     for _ in range(n):
-        port = free_port()
+        port = rpc.free_port()
         proc = subprocess.Popen([sys.executable, "-m", "llama_ffi", "rpc-server", "-p", str(port),
                                  "-t", str(threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         workers.append((proc, f"127.0.0.1:{port}"))
     for proc, endpoint in workers:
-        wait_until_serving(proc, endpoint)
+        rpc.wait_until_serving(endpoint, proc)
     return workers
 
 
@@ -63,7 +41,7 @@ def bench(model: str, threads: int, repeats: int, llama_bench: Path | None) -> l
                 runs["native"]["tg"].append(native_test(llama_bench, model, threads, 0, N_GEN, *extra))
     finally:
         for proc, _ in workers:
-            proc.send_signal(signal.SIGINT)
+            proc.terminate()  # SIGTERM: stops a worker whatever SIGINT disposition it inherited
             proc.wait(timeout=30)
     names = {"local": "llama-ffi, local CPU", "rpc": "llama-ffi, 2 rpc-server workers",
              "native": "llama-bench --rpc, same 2 workers"}

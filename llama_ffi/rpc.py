@@ -14,13 +14,17 @@ Worker side (``llama-ffi rpc-server``): :func:`serve` runs ggml's server on loca
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import os
+import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from llama_ffi import ffi, lib
@@ -29,11 +33,11 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50052
 CONNECT_TIMEOUT_S = 5.0
 
-# The wire protocol at RPC_PROTO_MAJOR_VERSION 7 (ggml/src/ggml-rpc/ggml-rpc.cpp): a request is
+# The wire protocol at RPC_PROTO_MAJOR_VERSION 8 (ggml/src/ggml-rpc/ggml-rpc.cpp): a request is
 # | command (1 byte) | size (u64) | payload |, a reply | size (u64) | payload |, only for the
 # commands in REPLY_SIZES. The command numbers live in the .cpp file, not in a header; a bump that
 # changes the major version fails loudly in check_protocol().
-PROTOCOL_MAJOR = 7
+PROTOCOL_MAJOR = 8
 CONN_CAPS_SIZE = 24
 U64 = struct.Struct("<Q")
 
@@ -57,14 +61,31 @@ class Cmd(enum.IntEnum):
     DEVICE_COUNT = 15
     GRAPH_RECOMPUTE = 16
     MEMSET_TENSOR = 17
+    SET_TENSOR_2D = 18      # v8: strided copies in one message
+    GET_TENSOR_2D = 19
+    COMM_INIT = 20          # v8: a communicator between two workers (tensor-parallel all-reduce)
+    COMM_ALLREDUCE = 21
+    COMM_FREE = 22
 
 
-# Reply payload sizes; None: the size is the last u64 of the request (GET_TENSOR's size field).
+# Reply payload sizes; None: computed from the request (_reply_size).
 REPLY_SIZES: dict[int, int | None] = {
     Cmd.HELLO: 4 + CONN_CAPS_SIZE, Cmd.DEVICE_COUNT: 4, Cmd.ALLOC_BUFFER: 16, Cmd.GET_ALIGNMENT: 8,
     Cmd.GET_MAX_SIZE: 8, Cmd.BUFFER_GET_BASE: 8, Cmd.SET_TENSOR_HASH: 1, Cmd.GET_TENSOR: None,
-    Cmd.COPY_TENSOR: 1, Cmd.GET_ALLOC_SIZE: 8, Cmd.GET_DEVICE_MEMORY: 16,
+    Cmd.GET_TENSOR_2D: None, Cmd.COPY_TENSOR: 1, Cmd.GET_ALLOC_SIZE: 8, Cmd.GET_DEVICE_MEMORY: 16,
+    Cmd.COMM_INIT: 1,
 }
+
+
+def _reply_size(cmd: int, request: bytes) -> int:
+    """GET_TENSOR ends in | offset | size |; GET_TENSOR_2D in | offset | size | n_copies | stride |."""
+    if cmd == Cmd.GET_TENSOR:
+        return U64.unpack(request[-8:])[0]
+    if cmd == Cmd.GET_TENSOR_2D:
+        return U64.unpack(request[-24:-16])[0] * U64.unpack(request[-16:-8])[0]
+    return REPLY_SIZES[cmd]
+
+
 _CHUNK = 1 << 20
 
 
@@ -144,6 +165,27 @@ def probe(endpoint: str, timeout: float = CONNECT_TIMEOUT_S) -> tuple[int, int, 
     return major, minor, patch
 
 
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port nobody listens on now (for a worker started next)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_until_serving(endpoint: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
+    """Until a worker answers the handshake on ``endpoint``; :class:`RpcError` if it does not within
+    ``timeout`` s, or at once when its process ``proc`` has exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            probe(endpoint, timeout=1)
+            return
+        except RpcError:
+            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _keepalive(sock: socket.socket) -> None:
     """A worker machine that vanishes without closing (power, network) is noticed in ~30 s."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -164,8 +206,10 @@ class _StandIn:
     def reply(self, cmd: int, request: bytes) -> bytes:
         if cmd == Cmd.HELLO:
             return bytes([lib.RPC_PROTO_MAJOR_VERSION, lib.RPC_PROTO_MINOR_VERSION, 0, 0]) + bytes(CONN_CAPS_SIZE)
-        if cmd == Cmd.GET_TENSOR:
-            return bytes(U64.unpack(request[-8:])[0])
+        if cmd in (Cmd.GET_TENSOR, Cmd.GET_TENSOR_2D):
+            return bytes(_reply_size(cmd, request))
+        if cmd == Cmd.COMM_INIT:
+            return b"\x00"  # not initialised: ggml falls back to its own all-reduce
         if cmd in (Cmd.ALLOC_BUFFER, Cmd.BUFFER_GET_BASE):
             self.next_ptr += 1 << 32
             size = U64.unpack(request[4:12])[0] if cmd == Cmd.ALLOC_BUFFER else 0
@@ -233,8 +277,6 @@ class Relay:
                 cmd, size = head[0], U64.unpack(head[1:])[0]
                 if cmd not in Cmd._value2member_map_:
                     return  # not the protocol we know: drop the connection rather than guess
-                if worker is not None:
-                    self.forwarded[Cmd(cmd).name] += 1
                 worker = self._relay_one(client, worker, cmd, size, stand_in)
         except OSError:
             return  # the client's side broke: nothing left to serve
@@ -252,7 +294,15 @@ class Relay:
             raise OSError("client closed mid-request")
         if cmd == Cmd.HELLO:  # plain TCP on both legs: no transport upgrade through the relay
             request = bytes(len(request))
+        if cmd == Cmd.COMM_INIT and small:
+            # Two workers would connect to each other at the host the client names, which through
+            # the relay is 127.0.0.1: wrong for remote workers, and rank 0 would wait forever in
+            # accept(). Refused here, ggml keeps its own all-reduce through this process.
+            reply = stand_in.reply(cmd, request)
+            client.sendall(U64.pack(len(reply)) + reply)
+            return worker
         if worker is not None:
+            self.forwarded[Cmd(cmd).name] += 1
             try:
                 worker.sendall(bytes([cmd]) + U64.pack(size))
                 if small:
@@ -403,7 +453,7 @@ UNSAFE_HOST_WARNING = ("WARNING: the RPC protocol has no authentication or encry
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, threads: int | None = None,
           devices: Sequence[str] | None = None, cache_dir: str | os.PathLike | None = None) -> None:
-    """Serve this machine's devices to RPC clients until Ctrl-C (KeyboardInterrupt returns)."""
+    """Serve this machine's devices to RPC clients until Ctrl-C or SIGTERM (both return)."""
     check_protocol()
     split_endpoint(f"{host}:{port}")
     threads = default_threads() if threads is None else threads
@@ -425,12 +475,29 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, threads: int | Non
     names = ", ".join(ffi.string(lib.ggml_backend_dev_name(d)).decode() for d in devs)
     print(f"llama-ffi rpc-server: serving {names} on {host}:{port} with {threads} threads"
           f"{', cache ' + os.fsdecode(cache) if cache else ''}; Ctrl-C stops", file=sys.stderr, flush=True)
-    try:
-        while server.is_alive():
-            server.join(0.5)
-    except KeyboardInterrupt:
+    with _stop_on_sigterm() as stopped:
+        try:
+            while server.is_alive() and not stopped.is_set():
+                server.join(0.5)
+        except KeyboardInterrupt:
+            return
+    if not stopped.is_set():
+        raise RpcError(f"the RPC server on {host}:{port} stopped (see its message above)")
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[threading.Event]:
+    """An event set by SIGTERM, as a service manager (or a test) stops a worker: a worker started
+    from a shell that ignores SIGINT (a background job, nohup, a CI runner) must still stop cleanly."""
+    stopped = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped  # signal handlers live in the main thread; an embedding program stops it its way
         return
-    raise RpcError(f"the RPC server on {host}:{port} stopped (see its message above)")
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -21,6 +21,10 @@ if str(REPO_ROOT) not in sys.path:
 
 from tools.vendor import materialise  # noqa: E402
 
+# Every prompt evaluation checks that the KV cache's highest position is what the token list says
+# (llama_ffi.high.context.Context.check_positions): a bookkeeping error fails loudly in any test.
+os.environ.setdefault("LLAMA_FFI_CHECK_CACHE", "1")
+
 TREE = materialise()
 sys.path.insert(0, str(TREE.path / "gguf-py"))  # the pinned tree's own gguf-py
 
@@ -56,6 +60,14 @@ def tiny_model_path(tmp_path_factory, tiny_config) -> Path:
     from tiny_llama import write_gguf
 
     return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf", tiny_config)
+
+
+@pytest.fixture(scope="session")
+def mtmd_cli(tree):
+    """llama.cpp's llama-mtmd-cli from the pinned tree."""
+    from tools.native_build import build_reference_tools
+
+    return build_reference_tools(tree, ("llama-mtmd-cli",)) / "llama-mtmd-cli"
 
 
 @pytest.fixture(scope="session")

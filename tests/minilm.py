@@ -61,7 +61,7 @@ def convert(hf_dir: Path, out: Path, tree: Path, outtype: str = "f16") -> Path:
 
 
 def gguf_path(tree, outtype: str = "f16") -> Path:
-    return convert(model_dir(), cache() / f"minilm-{tree.commit[:12]}-{outtype}.gguf", tree.path, outtype)
+    return convert(model_dir(), cache() / f"minilm-{tree.label[:12]}-{outtype}.gguf", tree.path, outtype)
 
 
 # ---- safetensors and the numpy reference ---------------------------------------------------------
@@ -167,7 +167,7 @@ def rank_model_dir() -> Path:
 
 
 def rank_gguf_path(tree) -> Path:
-    return convert(rank_model_dir(), cache() / f"minilm-rank-{tree.commit[:12]}-f32.gguf", tree.path, "f32")
+    return convert(rank_model_dir(), cache() / f"minilm-rank-{tree.label[:12]}-f32.gguf", tree.path, "f32")
 
 
 def reference_rank(w, ids: list[int]) -> float:

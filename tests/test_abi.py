@@ -200,8 +200,8 @@ def test_unchanged_tree_has_no_changes(base):
 
 def test_committed_snapshot_is_current(tree):
     committed = json.loads((REPO / "headers/abi.json").read_text())
-    assert diff.compare(committed, snapshot.take(tree.path, tree.commit)) == []
-    assert committed["commit"] == tree.commit
+    assert diff.compare(committed, snapshot.take(tree.path, tree.label)) == []
+    assert committed["commit"] == tree.label
 
 
 def test_snapshot_is_measured_by_the_compiler(tree):

@@ -20,7 +20,20 @@ TOOL = {"type": "function",
         "parameter_definitions": {"city": {"type": "str", "description": "city", "required": True}}}
 
 
-def conversation(arguments_as_text: bool = False, system: bool = True, tool_turns: bool = True) -> list[dict]:
+def conversation(arguments_as_text: bool = False, system: bool = True, tool_turns: bool = True,
+                 reasoning: bool = False, translation: bool = False) -> list[dict]:
+    """``reasoning``: assistant turns carry ``reasoning_content`` (some templates require a thinking
+    field); ``translation``: each user turn is one text item with language codes (TranslateGemma)."""
+    msgs = _conversation(arguments_as_text, system, tool_turns)
+    if reasoning:
+        msgs = [dict(m, reasoning_content="Thinking.") if m["role"] == "assistant" else m for m in msgs]
+    if translation:
+        msgs = [dict(m, content=[{"type": "text", "source_lang_code": "en", "target_lang_code": "fr",
+                                  "text": m["content"]}]) if m["role"] == "user" else m for m in msgs]
+    return msgs
+
+
+def _conversation(arguments_as_text: bool, system: bool, tool_turns: bool) -> list[dict]:
     args = {"city": "Paris"}
     call = {"id": "call12345", "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps(args) if arguments_as_text else args}}
@@ -53,6 +66,8 @@ def test_every_model_template_renders_a_standard_conversation(tree):
                     dict(arguments_as_text=True, system=False)]
         if "tool" not in t.source:
             attempts = [dict(tool_turns=False), dict(tool_turns=False, system=False)]
+        attempts += [dict(a, reasoning=True) for a in attempts]  # templates that require a thinking field
+        attempts.append(dict(tool_turns=False, system=False, translation=True))
         rendered = None
         for variant in attempts:  # templates differ on tool-call arguments and system support
             try:

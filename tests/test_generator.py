@@ -27,7 +27,7 @@ def test_coverage_binds_every_exported_function(tree, capsys):
     libs = libs or build_ffi.libraries_in(DEFAULT_BUILD_DIR / "bin")
     exported = set(exported_functions(libs))
     cov = measure(bindings.declarations, exported, bindings.constants)
-    print(cov.markdown(tree.commit))
+    print(cov.markdown(tree.label))
     assert cov.exported_bound_ratio == 1.0
     assert [u[0] for u in cov.unbound] == ["ggml_threadpool_get_n_threads"]
     # and "bound" means callable: every exported declared function is an attribute of lib

@@ -47,13 +47,6 @@ def media(tree, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def mtmd_cli(tree):
-    from tools.native_build import build_reference_tools
-
-    return build_reference_tools(tree, ("llama-mtmd-cli",)) / "llama-mtmd-cli"
-
-
-@pytest.fixture(scope="module")
 def llm(smollm2_path, media):
     # chat_format="chatml": llama-mtmd-cli renders with llama.cpp's built-in ChatML (no default
     # system message, unlike SmolLM2's Jinja template)

@@ -3,8 +3,10 @@ SmolLM2's layers split over them, compared with a local CPU run (the same CPU ke
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -14,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_ffi import rpc
-from llama_ffi.bench_rpc import free_port, wait_until_serving
+from llama_ffi import lib, rpc
 from llama_ffi.high import Llama
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,21 +25,24 @@ N = 24
 
 
 class Worker:
-    def __init__(self, *extra: str, host: str = "127.0.0.1") -> None:
-        self.port = free_port()
+    def __init__(self, *extra: str, host: str = "127.0.0.1", sigint=None) -> None:
+        """``sigint``: the SIGINT disposition the worker starts with (None: whatever this run has,
+        which is SIG_IGN under nohup, a background job or some CI runners)."""
+        self.port = rpc.free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "llama_ffi", "rpc-server", "-H", host,
                                       "-p", str(self.port), "-t", "1", *extra], cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=None if sigint is None else lambda: signal.signal(signal.SIGINT, sigint))
         try:
-            wait_until_serving(self.proc, self.endpoint)
+            rpc.wait_until_serving(self.endpoint, self.proc)
         except rpc.RpcError:
             raise RuntimeError(f"worker did not start: {self.proc.communicate(timeout=30)}") from None
 
-    def stop(self) -> tuple[int, str]:
-        """Ctrl-C, as a user would; the exit code and stderr."""
+    def stop(self, how: signal.Signals = signal.SIGTERM) -> tuple[int, str]:
+        """SIGTERM, as a service manager would (or ``how``); the exit code and stderr."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(how)
         _, err = self.proc.communicate(timeout=30)
         return self.proc.returncode, err
 
@@ -49,7 +53,7 @@ def workers():
     yield pair
     for w in pair:
         code, err = w.stop()
-        assert code == 0 and "stopped" in err, err  # Ctrl-C stops a worker cleanly
+        assert code == 0 and "stopped" in err, err  # SIGTERM stops a worker cleanly
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +105,7 @@ def test_malformed_servers_are_value_errors(smollm2_path, servers, words):
 
 
 def test_unreachable_server_is_a_clear_error(smollm2_path):
-    endpoint = f"127.0.0.1:{free_port()}"  # nobody listens there
+    endpoint = f"127.0.0.1:{rpc.free_port()}"  # nobody listens there
     t0 = time.monotonic()
     with pytest.raises(rpc.RpcError, match=f"cannot reach RPC server {endpoint}"):
         Llama(smollm2_path, rpc_servers=[endpoint], progress=False)
@@ -182,7 +186,8 @@ def test_a_worker_killed_mid_generation_raises_and_the_client_lives(smollm2_path
     script.write_text(KILL_MID_STREAM)
     try:
         out = subprocess.run([sys.executable, str(script), victim.endpoint, survivor.endpoint, str(smollm2_path),
-                              str(victim.proc.pid)], capture_output=True, text=True, timeout=120, cwd=REPO)
+                              str(victim.proc.pid)], capture_output=True, text=True, timeout=120, cwd=REPO,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))  # this checkout, installed or not
     finally:
         victim.stop()
         survivor.stop()
@@ -195,6 +200,19 @@ def test_a_worker_killed_mid_generation_raises_and_the_client_lives(smollm2_path
     with Llama(smollm2_path, n_threads=2, progress=False) as local:
         want = local("The capital of France is", max_tokens=8, temperature=0)["choices"][0]["text"]
     assert f"SURVIVOR {want!r}" in lines
+
+
+@pytest.mark.parametrize("inherited", [signal.SIG_IGN, signal.SIG_DFL], ids=["sigint-ignored", "sigint-default"])
+def test_sigterm_stops_a_worker_whatever_sigint_it_inherited(inherited):
+    w = Worker(sigint=inherited)
+    code, err = w.stop(signal.SIGTERM)
+    assert code == 0 and "rpc-server stopped" in err, (code, err)
+
+
+def test_ctrl_c_stops_a_worker_started_in_a_terminal():
+    w = Worker(sigint=signal.SIG_DFL)  # a terminal's foreground job: Python turns SIGINT into Ctrl-C
+    code, err = w.stop(signal.SIGINT)
+    assert code == 0 and "rpc-server stopped" in err, (code, err)
 
 
 def test_worker_bound_beyond_localhost_warns():
@@ -213,3 +231,30 @@ def test_worker_refuses_a_busy_port_and_unknown_devices():
     assert out.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in out.stderr
     with pytest.raises(ValueError, match="unknown device 'NOPE'"):
         rpc.worker_devices(["NOPE"])
+
+
+def test_protocol_8_commands_through_the_relay(workers):
+    """v8's communicator set-up is answered by the relay itself (workers told to meet at the
+    relay's 127.0.0.1 would wait forever); the connection goes on. A lost worker's stand-in sizes
+    GET_TENSOR_2D's reply from the request (size x copies), as the client reads it."""
+    assert rpc.PROTOCOL_MAJOR == lib.RPC_PROTO_MAJOR_VERSION
+    relay = rpc.Relay(workers[0].endpoint)
+    try:
+        with socket.create_connection(("127.0.0.1", int(relay.endpoint.rsplit(":", 1)[1])), timeout=10) as s:
+            def call(cmd: rpc.Cmd, payload: bytes, reply: int) -> bytes:
+                s.sendall(bytes([cmd]) + rpc.U64.pack(len(payload)) + payload)
+                head = rpc._recv_exact(s, 8)
+                assert rpc.U64.unpack(head)[0] == reply
+                return rpc._recv_exact(s, reply)
+
+            hello = call(rpc.Cmd.HELLO, bytes(rpc.CONN_CAPS_SIZE), 4 + rpc.CONN_CAPS_SIZE)
+            assert hello[0] == lib.RPC_PROTO_MAJOR_VERSION
+            comm_init = struct.pack("<IIII", 0, 0, 2, 50099) + bytes(64)
+            assert call(rpc.Cmd.COMM_INIT, comm_init, 1) == b"\x00"
+            assert struct.unpack("<I", call(rpc.Cmd.DEVICE_COUNT, b"", 4))[0] >= 1  # still served
+        assert relay.forwarded["COMM_INIT"] == 0 and relay.forwarded["DEVICE_COUNT"] == 1
+    finally:
+        relay.close()
+    request_2d = bytes(100) + struct.pack("<QQQQ", 0, 3, 4, 16)  # tensor | offset | size | n_copies | stride
+    assert rpc._StandIn().reply(rpc.Cmd.GET_TENSOR_2D, request_2d) == bytes(12)
+    assert rpc._StandIn().reply(rpc.Cmd.COMM_INIT, bytes(80)) == b"\x00"

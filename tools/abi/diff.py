@@ -99,21 +99,50 @@ def _identifier(symbol: str) -> str:
     return symbol.split()[-1]
 
 
+# A field that only moved needs no change of ours: cffi's API mode lets the compiler lay out
+# every struct, so regenerating is enough. Uses are looked up for what Python code can notice.
+_FIELD_KEYS_TO_READ = ("fields_retyped", "fields_resized")
+
+
+def _names_to_find(c: Change) -> set[str]:
+    names = {_identifier(c.symbol)}
+    if c.kind == "struct":
+        for key in ("fields_removed", "fields_added"):
+            names.update(c.detail.get(key, []))
+        names.update(d["field"] for key in _FIELD_KEYS_TO_READ for d in c.detail.get(key, []))
+    return names
+
+
 def find_uses(changes: list[Change], package: Path = PACKAGE) -> None:
     """Fill ``used_in`` with file:line of every mention in the package's Python sources."""
     files = [(p, p.read_text(encoding="utf-8").splitlines()) for p in sorted(package.rglob("*.py"))]
     for c in changes:
-        names = {_identifier(c.symbol)}
-        if c.kind == "struct":
-            for key in ("fields_removed", "fields_added"):
-                names.update(c.detail.get(key, []))
-            names.update(d["field"] for key in ("fields_retyped", "fields_moved", "fields_resized")
-                         for d in c.detail.get(key, []))
-        pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(_names_to_find(c)))) + r")\b")
         for path, lines in files:
             for i, line in enumerate(lines, 1):
                 if pattern.search(line):
                     c.used_in.append(f"{path.relative_to(package.parent)}:{i}")
+
+
+def _uses_by_file(used_in: list[str]) -> list[str]:
+    """``a.py:1, a.py:5, b.py:2`` as ``a.py: 1, 5`` and ``b.py: 2`` (one line a file)."""
+    by_file: dict[str, list[str]] = {}
+    for use in used_in:
+        path, _, line = use.rpartition(":")
+        by_file.setdefault(path, []).append(line)
+    return [f"`{path}`: {', '.join(lines)}" for path, lines in by_file.items()]
+
+
+def _entry(c: Change, headline: str) -> list[str]:
+    out = [headline]
+    if c.kind == "struct" and "fields_moved" in c.detail:
+        out.append("  - moved fields: regenerating is enough (API mode: the compiler lays out the struct)")
+    if c.used_in:
+        out.append("  - read these lines of ours:")
+        out += [f"    - {line}" for line in _uses_by_file(c.used_in)]
+    elif c.breaking:
+        out.append("  - not used in llama_ffi/")
+    return out
 
 
 def markdown(changes: list[Change], old_name: str, new_name: str) -> str:
@@ -128,14 +157,14 @@ def markdown(changes: list[Change], old_name: str, new_name: str) -> str:
     out += ["| change | count |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in sorted(by_kind.items())]
     out += ["", "## Breaking", ""]
     for c in breaking:
-        out.append(f"- **{c.kind} `{c.symbol}` {c.change}**: {_describe(c)}")
-        if c.used_in:
-            out.append(f"  - used in llama_ffi: {', '.join(c.used_in[:12])}"
-                       + (f" (+{len(c.used_in) - 12})" if len(c.used_in) > 12 else ""))
+        out += _entry(c, f"- **{c.kind} `{c.symbol}` {c.change}**: {_describe(c)}")
     if not breaking:
         out.append("- none")
     out += ["", "## Additive", ""]
-    out += [f"- {c.kind} `{c.symbol}` added" for c in additive] or ["- none"]
+    for c in additive:
+        out += _entry(c, f"- {c.kind} `{c.symbol}` added")
+    if not additive:
+        out.append("- none")
     return "\n".join(out) + "\n"
 
 

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             snap = load_or_take(args.tree)
         else:
             tree = materialise()
-            snap = take(tree.path, tree.commit)
+            snap = take(tree.path, tree.label)
     except (SnapshotError, GenerationError, VendorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -114,11 +114,7 @@ def evaluate(engine, prompt: MediaPrompt) -> None:
     content (its id) sits at the same position, so a later turn about the same image encodes
     nothing again. The engine's token list then holds the prompt's cells."""
     ctx, mtmd = engine.context, prompt.mtmd
-    keep = _cached_prefix(engine, prompt)
-    if keep < len(engine.tokens) and not ctx.seq_rm(0, keep, -1):
-        ctx.clear()
-        keep = 0
-    del engine.tokens[keep:]
+    keep = ctx.cut_to(engine.tokens, _cached_prefix(engine, prompt))
     spans = [s for s in engine.media_spans if s[0] + s[1] <= keep]
     last = len(prompt.pieces) - 1
     for i, piece in enumerate(prompt.pieces):

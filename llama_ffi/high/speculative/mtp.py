@@ -151,7 +151,8 @@ class MtpDrafter:
         row = np.ascontiguousarray(h, dtype=np.float32)
         self._keep.append(row)
         self._embd.data = ffi.cast("const float *", ffi.from_buffer(row))
-        if not lib.llama_batch_ext_set_embd_token(self._batch, idx, self._embd[0]):
+        # the target's hidden state is the MTP block's "state" input (b11549; it was the token's embedding)
+        if not lib.llama_batch_ext_set_embd_state(self._batch, idx, self._embd[0]):
             raise DecodeError("llama.cpp refused the hidden state for the MTP batch")
         if output:
             lib.llama_batch_ext_set_output_logits(self._batch, idx, True)
