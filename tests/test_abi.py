@@ -222,6 +222,22 @@ def test_uses_in_the_package_are_listed(base):
     assert any(u.startswith("llama_ffi/high/context.py:") for u in change.used_in)
 
 
+def test_report_names_our_lines_for_what_python_can_notice(base):
+    """A field that only moved needs no change of ours (the compiler lays the struct out): its uses
+    are not listed. An added, removed or retyped one is, one line a file, every line number."""
+    moved = diff.Change("struct", STRUCT, "changed", True,
+                        {"fields_moved": [{"field": "n_ctx", "old": 0, "new": 4}]})
+    added = diff.Change("struct", STRUCT, "changed", True, {"fields_added": ["n_ctx"]})
+    diff.find_uses([moved, added])
+    uses_of_n_ctx = [u for u in added.used_in if not u.startswith("llama_ffi/high/context.py:6")]
+    assert len(uses_of_n_ctx) > 5 and not any(u in moved.used_in for u in uses_of_n_ctx)
+    report = diff.markdown([added], "old", "new")
+    files = {u.rpartition(":")[0] for u in added.used_in}
+    for path in files:
+        lines = [u.rpartition(":")[2] for u in added.used_in if u.rpartition(":")[0] == path]
+        assert f"    - `{path}`: {', '.join(lines)}" in report.splitlines()
+
+
 def test_cli_exit_status_and_report(tmp_path, base):
     old = tmp_path / "old.json"
     new = tmp_path / "new.json"

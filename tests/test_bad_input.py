@@ -45,10 +45,31 @@ def test_truncated_gguf_gives_llama_cpps_reason(smollm2_path, tmp_path):
     (dict(n_batch=64, n_ubatch=128), ValueError, r"n_ubatch \(128\) must not exceed n_batch \(64\)"),
     (dict(n_batch=16, n_seq_max=32), ValueError, r"n_seq_max \(32\) must not exceed n_batch \(16\)"),
     (dict(kv_overrides={"k": object()}), TypeError, r"kv_overrides\['k'\] must be bool, int, float or str"),
+    (dict(moe_cache_size=-1), ValueError, r"moe_cache_size must be >= 0, got -1"),
+    (dict(moe_cache_size=1.5), TypeError, r"moe_cache_size must be an int, got float"),
 ])
 def test_bad_constructor_parameters_are_refused_before_loading(smollm2_path, bad, error, message):
     with pytest.raises(error, match=message):
         Llama(smollm2_path, **bad)
+
+
+def test_moe_cache_size_reaches_llama_cpp(smollm2_path):
+    """b11549's expert cache (llama.cpp's --moe-cache-mib, in bytes): llama.cpp's default (0, off)
+    unless given. It reaches llama.cpp, which without a GPU backend refuses it with its reason."""
+    from llama_ffi import lib
+    from llama_ffi.high.context import ContextParams
+
+    assert ContextParams().to_c().moe_cache_size == lib.llama_context_default_params().moe_cache_size == 0
+    assert ContextParams(moe_cache_size=64 << 20).to_c().moe_cache_size == 64 << 20
+    gpus = [i for i in range(lib.ggml_backend_dev_count())
+            if lib.ggml_backend_dev_type(lib.ggml_backend_dev_get(i)) == lib.GGML_BACKEND_DEVICE_TYPE_GPU]
+    if not gpus:
+        with pytest.raises(ValueError, match="MoE cache requires a GPU backend"):
+            Llama(smollm2_path, moe_cache_size=64 << 20, n_ctx=256, progress=False)
+        return
+    with Llama(smollm2_path, moe_cache_size=64 << 20, n_ctx=256, n_gpu_layers=-1, progress=False) as llm:
+        assert llm.context_params.moe_cache_size == 64 << 20
+        assert llm("Hello", max_tokens=2, temperature=0)["usage"]["completion_tokens"] == 2
 
 
 def test_prompt_longer_than_context_names_both_lengths(llm):

@@ -47,6 +47,17 @@ def test_matching_archive_extracts_only_the_tree(tmp_path, monkeypatch):
     assert (tmp_path / "out/llama.cpp" / vendor.STAMP_NAME).read_text().strip() == pin.sha256
 
 
+def test_a_pin_without_commit_is_named_by_its_build_number(tmp_path):
+    """An sdist that vendors the tree (xllamacpp: thirdparty/llama.cpp) may not say which commit."""
+    pin = _pin(commit=vendor.UNKNOWN_COMMIT, build_number=11549, inner_path="thirdparty/llama.cpp")
+    path = tmp_path / "pin.toml"
+    vendor.write_pin(pin, path)
+    assert "commit" not in path.read_text().split("[llama_cpp]")[1]
+    assert vendor.load_pin(path) == pin
+    assert vendor.Tree(tmp_path, pin.commit, pin.build_number, True).label == "b11549"
+    assert vendor.Tree(tmp_path, "5e03bdd87", 11434, True).label == "5e03bdd87"
+
+
 def test_no_network_and_no_cache_says_how_to_use_a_local_tree(tmp_path, monkeypatch):
     monkeypatch.setenv("LLAMA_FFI_CACHE", str(tmp_path))
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
