@@ -89,3 +89,13 @@ def llama_ffi_on_log(level, text, user_data):  # called by C, possibly from a wo
 def install() -> None:
     lib.llama_log_set(lib.llama_ffi_on_log, ffi.NULL)
     lib.mtmd_helper_log_set(lib.llama_ffi_on_log, ffi.NULL)
+
+
+def enable_verbose_logging() -> None:
+    """``Llama(verbose=True)``: llama.cpp's INFO messages on stderr (a handler added once)."""
+    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.NullHandler)
+               for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)

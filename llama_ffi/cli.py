@@ -40,7 +40,15 @@ def _sampling_kwargs(args: argparse.Namespace) -> dict:
 
 def _model_path(args: argparse.Namespace) -> str:
     if args.model:
+        if args.hf_repo:
+            raise ValueError("give either -m or -hf, not both")
         return args.model
+    if args.hf_repo:
+        from llama_ffi.high import hub
+
+        return str(hub.cli_model(args.hf_repo, args.hf_file))
+    if args.hf_file:
+        raise ValueError("--hf-file needs -hf OWNER/NAME")
     from llama_ffi import registry
 
     print(f"using the default model {registry.DEFAULT_MODEL.filename} (fetched once, cached)",
@@ -195,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-m", "--model", help="GGUF model path (default: SmolLM2-135M-Instruct)")
+    common.add_argument("-hf", "-hfr", "--hf-repo", metavar="OWNER/NAME[:QUANT]",
+                        help="a model from the Hugging Face Hub (cached; QUANT default Q4_K_M)")
+    common.add_argument("-hff", "--hf-file", metavar="FILE", help="the file of -hf's repository (a glob)")
     common.add_argument("-c", "--ctx-size", type=int, default=2048)
     common.add_argument("-t", "--threads", type=int, default=None)
     common.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's logs")

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from llama_ffi import ffi, lib
+from llama_ffi.devices import device_by_name
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50052
@@ -431,15 +432,7 @@ def default_cache_dir() -> Path:
 def worker_devices(names: Sequence[str] | None = None) -> list:
     """Named devices, else every local accelerator, else the CPU (rpc-server's choice)."""
     if names:
-        out = []
-        for name in names:
-            dev = lib.ggml_backend_dev_by_name(name.encode())
-            if dev == ffi.NULL:
-                known = [ffi.string(lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i))).decode()
-                         for i in range(lib.ggml_backend_dev_count())]
-                raise ValueError(f"unknown device {name!r}; this machine has: {', '.join(known)}")
-            out.append(dev)
-        return out
+        return [device_by_name(name) for name in names]
     accelerators = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())
                     if lib.ggml_backend_dev_type(lib.ggml_backend_dev_get(i))
                     not in (lib.GGML_BACKEND_DEVICE_TYPE_CPU, lib.GGML_BACKEND_DEVICE_TYPE_ACCEL)]

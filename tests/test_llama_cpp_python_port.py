@@ -217,13 +217,28 @@ def test_langchain_embeddings_and_llamaindex_metadata(tree, smollm2_path):
     llm.close()
 
 
+def test_langchain_device_parameter(smollm2_path):
+    """LangChain 0.4's LlamaCppEmbeddings passes device=None; a ggml device name selects that device
+    ("CPU": nothing offloaded, as llama.cpp's --device none)."""
+    with Llama(str(smollm2_path), device=None, n_ctx=256, progress=False) as default:
+        want = default("The capital of France is", max_tokens=8, temperature=0)["choices"][0]["text"]
+    with Llama(str(smollm2_path), device="CPU", n_gpu_layers=-1, n_ctx=256, progress=False) as cpu:
+        assert cpu("The capital of France is", max_tokens=8, temperature=0)["choices"][0]["text"] == want
+    with pytest.raises(ValueError, match=r"unknown device 'Vulkan7'; this build has: .*CPU"):
+        Llama(str(smollm2_path), device="Vulkan7")
+    with pytest.raises(TypeError, match="device must be a ggml device name"):
+        Llama(str(smollm2_path), device=0)
+    with pytest.raises(ValueError, match="pass either device or rpc_servers"):
+        Llama(str(smollm2_path), device="CPU", rpc_servers="127.0.0.1:1")
+
+
 # ---- what is refused names itself and the alternative -------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(lora_base="base.gguf"), r"lora_base='base.gguf' is not supported"),
     (dict(n_parts=2), r"n_parts=2 is not supported: model files are no longer split"),
     (dict(tokenizer=object()), r"tokenizer is not supported"),
-    (dict(spm_infill=True), r"spm_infill=True is not supported"),
+    (dict(spm_infill="yes"), r"spm_infill must be a bool"),
     (dict(draft_model=object()), r"draft_model must be a llama_ffi.llama_speculative.LlamaPromptLookupDecoding"),
     (dict(no_such_option=1), r"unexpected keyword argument\(s\): no_such_option"),
 ])
@@ -233,8 +248,8 @@ def test_unsupported_constructor_parameters_name_the_alternative(smollm2_path, k
 
 
 def test_unsupported_call_parameters_name_the_alternative(llm):
-    with pytest.raises(ValueError, match="suffix is not supported: infill"):
-        llm("def f(", suffix="return 1", max_tokens=4)
+    with pytest.raises(ValueError, match="suffix= needs a model with fill-in-the-middle tokens"):
+        llm("def f(", suffix="return 1", max_tokens=4)  # SmolLM2 has no FIM tokens (tests/test_infill.py)
     with pytest.raises(ValueError, match="penalize_nl=False is not supported"):
         llm("x", max_tokens=2, penalize_nl=False)
     with pytest.raises(NotImplementedError, match="set_cache: a prompt cache object is not supported"):

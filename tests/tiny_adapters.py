@@ -30,7 +30,7 @@ def write_lora(path: Path, model: Path, seed: int, rank: int = 8, alpha: float =
         if not name.endswith(".weight") or name.split(".")[-2] not in targets:
             continue
         n_in, n_out = shape[0], shape[1]
-        # f16, as convert_lora_to_gguf writes them (an f32 lora_a crashes llama.cpp at this pin)
+        # f16 by default, as convert_lora_to_gguf writes them
         a = (rng.standard_normal((rank, n_in)) / np.sqrt(n_in)).astype(dtype)
         b = (rng.standard_normal((n_out, rank)) * strength).astype(dtype)
         writer.add_tensor(f"{name}.lora_a", a)  # numpy shape is ggml's reversed

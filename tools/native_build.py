@@ -117,7 +117,7 @@ def build(tree: Tree, build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = No
 REFERENCE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-reference"
 REFERENCE_TOOLS = ("llama-simple", "llama-completion", "llama-bench", "llama-embedding",
                    "llama-speculative-simple", "ggml-rpc-server", "llama-batched-bench",
-                   "llama-mtmd-cli")
+                   "llama-mtmd-cli", "llama-server")
 _REFERENCE_OPTIONS = {"-DLLAMA_BUILD_COMMON=OFF": "-DLLAMA_BUILD_COMMON=ON",
                       "-DLLAMA_BUILD_TOOLS=OFF": "-DLLAMA_BUILD_TOOLS=ON",
                       "-DLLAMA_BUILD_EXAMPLES=OFF": "-DLLAMA_BUILD_EXAMPLES=ON"}

@@ -37,14 +37,9 @@ class LoraAdapter:
         if not self.path.exists():
             raise FileNotFoundError(f"LoRA adapter file not found: {self.path}")
         check_gguf_file(self.path)
-        kind, f32_a = _lora_header(self.path)
+        kind = _adapter_type(self.path)
         if kind != "lora":
             raise ValueError(f"{self.path} is not a LoRA adapter ({ADAPTER_TYPE_KEY} is {kind!r}, expected 'lora')")
-        if f32_a:
-            # At this pin an f32 lora_a crashes the CPU matmul (SIGSEGV in llama-completion too).
-            raise ValueError(f"{self.path}: tensor {f32_a!r} is f32, which llama.cpp's CPU backend cannot "
-                             "multiply at this version; write lora_a / lora_b as f16 (convert_lora_to_gguf "
-                             "--outtype f16)")
         with capture_errors() as errors:
             ptr = lib.llama_adapter_lora_init(model.ptr, os.fsencode(self.path))
         if ptr == ffi.NULL:
@@ -98,18 +93,14 @@ def _open_gguf(path: Path, what: str, tensors=None):
             lib.ggml_free(tensors[0])
 
 
-def _lora_header(path: Path) -> tuple[str | None, str | None]:
-    """(adapter.type, the first f32 lora_a tensor's name) of a GGUF; ValueError when unreadable."""
+def _adapter_type(path: Path) -> str | None:
+    """A GGUF's ``adapter.type``; ValueError when unreadable. (An f32 ``lora_a`` crashed llama.cpp's
+    CPU matmul up to b11434 and was refused then; at b11549 llama-completion and llama_ffi run it.)"""
     with _open_gguf(path, "GGUF file") as ctx:
         i = lib.gguf_find_key(ctx, ADAPTER_TYPE_KEY.encode())
-        kind = None
         if i >= 0 and lib.gguf_get_kv_type(ctx, i) == lib.GGUF_TYPE_STRING:
-            kind = ffi.string(lib.gguf_get_val_str(ctx, i)).decode("utf-8", "replace")
-        for t in range(lib.gguf_get_n_tensors(ctx)):
-            name = ffi.string(lib.gguf_get_tensor_name(ctx, t)).decode("utf-8", "replace")
-            if name.endswith(".lora_a") and lib.gguf_get_tensor_type(ctx, t) == lib.GGML_TYPE_F32:
-                return kind, name
-        return kind, None
+            return ffi.string(lib.gguf_get_val_str(ctx, i)).decode("utf-8", "replace")
+        return None
 
 
 # ---- control vectors ----------------------------------------------------------------------------

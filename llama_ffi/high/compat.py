@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from llama_ffi import lib
+from llama_ffi.high._checks import flag
 
 # llama-cpp-python's -1 seed: a random one (llama.cpp's LLAMA_DEFAULT_SEED).
 RANDOM_SEED = -1
@@ -41,7 +42,6 @@ REMOVED_INIT = {
     "low_vram": (False, "llama.cpp dropped low_vram; use n_gpu_layers and offload_kqv"),
     "mul_mat_q": (True, "llama.cpp always uses its quantized matmul kernels"),
     "lora_base": (None, "a separate LoRA base model is not supported by llama.cpp's adapters"),
-    "spm_infill": (False, "infill (suffix=) is not supported; write the fill-in-the-middle prompt yourself"),
 }
 REFUSED_INIT = {
     "tokenizer": "a Python tokenizer override is not supported: llama.cpp's own tokenizer is used",
@@ -69,6 +69,10 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
                              "draft GGUF pass speculative=SpecConfig(type='draft', draft_model_path=...)")
         ours["speculative"] = draft_model.spec_config()
     removed_parameters(kwargs, REMOVED_INIT)
+    if "spm_infill" in kwargs:  # suffix= order: suffix, then prefix (llama.cpp's --spm-infill)
+        ours["spm_infill"] = flag("spm_infill", kwargs.pop("spm_infill"))
+    if "device" in kwargs:  # LangChain's wrappers pass it (None, or a ggml device name)
+        ours["device"] = kwargs.pop("device")
     if "f16_kv" in kwargs:  # the KV cache type before type_k / type_v existed
         if not kwargs.pop("f16_kv"):
             ours.update(type_k="f32", type_v="f32")
@@ -85,8 +89,7 @@ def completion_options(kwargs: dict[str, Any]) -> None:
     """Check llama-cpp-python's completion parameters that have no effect here (in place)."""
     removed_parameters(kwargs, REMOVED_SAMPLING)
     if kwargs.pop("suffix", None) is not None:
-        raise ValueError("suffix is not supported: infill is not implemented; write the "
-                         "fill-in-the-middle prompt with the model's FIM tokens yourself")
+        raise ValueError("suffix= (fill in the middle) is a parameter of create_completion only")
 
 
 def chat_options(kwargs: dict[str, Any]) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from llama_ffi import ffi, lib
-from llama_ffi.high import adapters, compat, completion, embedding, multimodal, parallel, state
+from llama_ffi._logging import enable_verbose_logging
+from llama_ffi.high import adapters, compat, completion, embedding, hub, infill, multimodal, parallel, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
@@ -99,13 +100,14 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         if mmproj_path is not None and speculative is not None:
             raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
         self.chat_format, self.chat_handler = chat_format, chat_handler
+        self.spm_infill = legacy_options.get("spm_infill", False)  # suffix= puts the suffix first
         self._logits_all = flag("logits_all", logits_all)
         self.last_n_tokens_size = integer("last_n_tokens_size", last_n_tokens_size, -1)
         _init_numa(numa)
         if speculative is not None and not isinstance(speculative, SpecConfig):
             raise TypeError("speculative must be a SpecConfig")
         if verbose:
-            _enable_verbose_logging()
+            enable_verbose_logging()
         self.set_seed(seed)
         if n_seq_max is None and not embeddings:  # slots for many sequences at once (parallel)
             n_seq_max, kv_unified = parallel.default_slots(n_batch), True if kv_unified is None else kv_unified
@@ -131,7 +133,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         self._model = Model(model_path, ModelParams(
             n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu, tensor_split=tensor_split,
             use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only, kv_overrides=kv_overrides,
-            progress=progress, rpc_servers=rpc_servers,
+            progress=progress, rpc_servers=rpc_servers, device=legacy_options.get("device"),
             load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp)))
         self.tokenizer = Tokenizer(self._model)
         self.model_params = self._model.params  # llama-cpp-python's attribute (the C struct)
@@ -177,6 +179,13 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         self._closed = False
         if warmup and self._context is not None:
             self.warm_up()
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str, additional_files: Sequence[str] | None = None,
+                        local_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                        revision: str | None = None, **kwargs) -> "Llama":
+        """A model from the Hugging Face Hub, offline first (see ``llama_ffi.high.hub``)."""
+        return cls(hub.download(repo_id, filename, additional_files, local_dir, cache_dir, revision), **kwargs)
 
     # ---- ownership -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -507,6 +516,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         active_loras: Sequence[Mapping[str, object]] | None = None,
         control_vector=None,
         n: int = 1,
+        suffix: str | None = None,
         **sampling,
     ):
         """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``.
@@ -514,6 +524,9 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         ``n`` > 1, decodes all choices together (``llama_ffi.high.parallel``)."""
         self._check_open()
         compat.completion_options(sampling)
+        if suffix is not None:  # fill in the middle: the prompt is the prefix
+            prompt = infill.prompt_tokens(lambda t: self.tokenize(t, add_bos=False), self._model.vocab_ptr, prompt,
+                                          suffix, self.context.n_batch, self.context.n_ctx, self.spm_infill)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
             raise TypeError("max_tokens must be an int or None")
         if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= self.n_vocab):
@@ -666,19 +679,6 @@ def _as_list(x) -> list:
     if x is None:
         return []
     return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def _enable_verbose_logging() -> None:
-    import logging
-
-    from llama_ffi._logging import logger
-
-    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.NullHandler)
-               for h in logger.handlers):
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
 
 
 class LlamaEmbedding(Llama):

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from llama_ffi import ffi, lib, rpc
+from llama_ffi.devices import device_by_name
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high._checks import flag, integer, number
 from llama_ffi.high.validate import check_model_file
@@ -31,6 +32,7 @@ class ModelParams:
     progress: bool | None = None  # None: a bar when stderr is a terminal
     load_mtp: bool = False        # also load the NextN/MTP blocks (speculative DRAFT_MTP)
     rpc_servers: str | Sequence[str] | None = None  # workers' "host:port" (llama_ffi.rpc)
+    device: str | None = None  # one ggml device by name ("CPU": no offload), as llama.cpp's --device
 
     def validate(self) -> None:
         if self.n_gpu_layers is not None:
@@ -39,6 +41,11 @@ class ModelParams:
             integer("split_mode", self.split_mode, lib.LLAMA_SPLIT_MODE_NONE, lib.LLAMA_SPLIT_MODE_TENSOR)
         if self.main_gpu is not None:
             integer("main_gpu", self.main_gpu, 0)
+        if self.device is not None:
+            if not isinstance(self.device, str):
+                raise TypeError(f"device must be a ggml device name (a str) or None, got {type(self.device).__name__}")
+            if self.rpc_servers is not None:
+                raise ValueError("pass either device or rpc_servers: the workers' devices are the model's devices")
         if self.tensor_split is not None:
             if len(self.tensor_split) > lib.llama_max_devices():
                 raise ValueError(f"tensor_split has {len(self.tensor_split)} weights; llama.cpp takes at most "
@@ -117,6 +124,17 @@ def _apply_overrides(mp, overrides: Mapping[str, bool | int | float | str], keep
     keep.append(arr)
 
 
+def _device_list(name: str | None):
+    """``llama_model_params.devices`` for one device named as ggml names it: NULL-terminated; the CPU
+    is implicit in llama.cpp, so "CPU" is the empty list (nothing offloaded)."""
+    if name is None:
+        return None
+    dev = device_by_name(name)
+    if lib.ggml_backend_dev_type(dev) == lib.GGML_BACKEND_DEVICE_TYPE_CPU:
+        return ffi.new("ggml_backend_dev_t[]", [ffi.NULL])
+    return ffi.new("ggml_backend_dev_t[]", [dev, ffi.NULL])
+
+
 class Model:
     """One loaded GGUF model. Freed by ``close()``, a ``with`` block, or garbage collection."""
 
@@ -144,9 +162,10 @@ class Model:
         if params.main_gpu is not None:
             mp.main_gpu = params.main_gpu
         keep: list = []
-        if self.remote is not None:
-            mp.devices = self.remote.array
-            keep.append(self.remote.array)
+        devices = self.remote.array if self.remote is not None else _device_list(params.device)
+        if devices is not None:
+            mp.devices = devices
+            keep.append(devices)
         if params.tensor_split is not None:
             split = ffi.new("float[]", max(lib.llama_max_devices(), 1))
             split[0:len(params.tensor_split)] = list(params.tensor_split)
