@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from llama_ffi import rpc
+from llama_ffi import lib, rpc
 from llama_ffi.high import Llama
 
 FIM = {"tokenizer.ggml.fim_pre_token_id": 8, "tokenizer.ggml.fim_suf_token_id": 9,
@@ -54,13 +54,15 @@ class Server:
                 raise RuntimeError(f"llama-server did not start: {self.proc.stderr.read().decode()[-2000:]}")
             time.sleep(0.2)
 
-    def infill(self, prefix: str, suffix: str) -> str:
+    def infill(self, prefix: str, suffix: str) -> tuple[str, int]:
+        """The middle (N tokens: end-of-generation barred) and how many prompt tokens it read."""
         body = json.dumps({"input_prefix": prefix, "input_suffix": suffix, "n_predict": N, "temperature": 0,
-                           "cache_prompt": False}).encode()
+                           "ignore_eos": True, "cache_prompt": False}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/infill", data=body,
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=120) as r:
-            return json.loads(r.read())["content"]
+            out = json.loads(r.read())
+        return out["content"], out["tokens_evaluated"]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -81,11 +83,19 @@ def test_infill_equals_llama_server(llama_server, smollm2_path, spm):
         server.stop()
     with Llama(smollm2_path, kv_overrides=FIM, n_ctx=N_CTX, n_batch=N_BATCH, n_threads=2, spm_infill=spm,
                progress=False) as llm:
-        got = [llm(prefix, suffix=suffix, max_tokens=N, temperature=0)["choices"][0]["text"]
-               for prefix, suffix in CASES]
-        plain = llm(CASES[0][0], max_tokens=N, temperature=0)["choices"][0]["text"]
+        vocab = llm._model.vocab_ptr  # the server's ignore_eos: every end-of-generation token barred
+        never_end = {t: float("-inf") for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(vocab, t)}
+        outs = []
+        for prefix, suffix in CASES:  # each evaluated afresh, as the server's (cache_prompt off)
+            llm.reset()
+            outs.append(llm(prefix, suffix=suffix, max_tokens=N, temperature=0, logit_bias=never_end))
+        got = [(o["choices"][0]["text"], o["usage"]["prompt_tokens"]) for o in outs]
+        plain = llm(CASES[0][0], max_tokens=N, temperature=0, logit_bias=never_end)["choices"][0]["text"]
+        uncut = len(llm.tokenize(CASES[2][0], add_bos=False)) + len(llm.tokenize(CASES[2][1], add_bos=False))
     assert got == want
-    assert got[0] != plain  # the suffix and the FIM tokens change the answer
+    assert all(o["usage"]["completion_tokens"] == N for o in outs)
+    assert want[2][1] <= N_BATCH + 16 < uncut  # the long case was cut to fit a batch (and a small header)
+    assert got[0][0] != plain  # the suffix and the FIM tokens change the answer
 
 
 def test_infill_needs_fim_tokens_and_text(smollm2_path):

@@ -120,7 +120,8 @@ REFERENCE_TOOLS = ("llama-simple", "llama-completion", "llama-bench", "llama-emb
                    "llama-mtmd-cli", "llama-server")
 _REFERENCE_OPTIONS = {"-DLLAMA_BUILD_COMMON=OFF": "-DLLAMA_BUILD_COMMON=ON",
                       "-DLLAMA_BUILD_TOOLS=OFF": "-DLLAMA_BUILD_TOOLS=ON",
-                      "-DLLAMA_BUILD_EXAMPLES=OFF": "-DLLAMA_BUILD_EXAMPLES=ON"}
+                      "-DLLAMA_BUILD_EXAMPLES=OFF": "-DLLAMA_BUILD_EXAMPLES=ON",
+                      "-DLLAMA_BUILD_SERVER=OFF": "-DLLAMA_BUILD_SERVER=ON"}
 
 
 def build_reference_tools(tree: Tree, targets: tuple[str, ...] = REFERENCE_TOOLS,
