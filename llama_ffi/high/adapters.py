@@ -310,33 +310,3 @@ class Adapters:
             adapter.close()
         self.by_name.clear()
         self.default = self.applied = BASE
-
-
-class AdapterMethods:
-    """Llama's adapter API (llama-cpp-python's JamePeng fork): load, unload, list."""
-
-    def load_lora(self, name: str, path: str | os.PathLike) -> None:
-        """Load a LoRA adapter once; requests choose it with ``active_loras=[{"name": name, "scale": s}]``."""
-        with self.lock:
-            self.adapters.load(name, path)
-
-    def unload_lora(self, name: str) -> None:
-        """Free an adapter. An unfinished request or stream using it makes this an error."""
-        with self.lock:
-            if self.adapters.unload(name, self.context):
-                self._drop_cache()
-
-    def use_adapters(self, selection: Selection | None) -> None:
-        """Compute under ``selection`` (None: the default set); the cache of another set is dropped."""
-        if self.adapters.apply(self.context, selection or self.adapters.default):
-            self._drop_cache()
-
-    def _drop_cache(self) -> None:
-        self.context.clear()
-        self.tokens = []
-        self._resync_drafter([])
-
-    @property
-    def loras(self) -> dict[str, dict]:
-        """name → {"path", "alpha", "metadata"} of every loaded adapter."""
-        return self.adapters.info()

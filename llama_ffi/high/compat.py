@@ -149,58 +149,45 @@ class LlamaState(bytes):
         return len(self)
 
 
-class LlamaCppPythonAttributes:
-    """llama-cpp-python's attributes of ``Llama`` that our API spells otherwise: the token and
-    score arrays, its seed and cache setters. Mixed into ``Llama``, which owns ``tokens``,
-    ``_logits_all``, ``_score_rows``, ``context`` and ``logits()``."""
+def scores(llm) -> np.ndarray:
+    """(n_tokens, n_vocab) logits of the cached positions, as llama-cpp-python keeps them:
+    every row with ``logits_all=True``; otherwise only the last row (the others zero)."""
+    n = len(llm.tokens)
+    out = np.zeros((n, llm.n_vocab), dtype=np.single)
+    if llm._logits_all and llm._score_rows is not None:
+        k = min(n, len(llm._score_rows))
+        out[:k] = llm._score_rows[:k]
+    elif n:
+        out[-1] = llm.logits()
+    return out
 
-    @property
-    def n_tokens(self) -> int:
-        """Tokens in the KV cache (llama-cpp-python's name)."""
-        return len(self.tokens)
 
-    @property
-    def input_ids(self) -> np.ndarray:
-        """The tokens in the KV cache as an ``intc`` array (llama-cpp-python's name)."""
-        return np.asarray(self.tokens, dtype=np.intc)
+def record_scores(llm, start: int, n: int, all_rows: bool) -> None:
+    """Keep the logits just decoded for ``scores`` (``logits_all=True``)."""
+    rows = llm._score_rows
+    if rows is None or len(rows) < start + n:
+        grown = np.zeros((max(start + n, 2 * (0 if rows is None else len(rows))), llm.n_vocab), dtype=np.single)
+        if rows is not None:
+            grown[:len(rows)] = rows
+        llm._score_rows = rows = grown
+    if all_rows:
+        for k in range(n):
+            rows[start + k] = llm.context.logits(k)
+    else:
+        rows[start + n - 1] = llm.context.logits(-1)
 
-    @property
-    def scores(self) -> np.ndarray:
-        """(n_tokens, n_vocab) logits of the cached positions, as llama-cpp-python keeps them:
-        every row with ``logits_all=True``; otherwise only the last row (the others zero)."""
-        n = len(self.tokens)
-        out = np.zeros((n, self.n_vocab), dtype=np.single)
-        if self._logits_all and self._score_rows is not None:
-            k = min(n, len(self._score_rows))
-            out[:k] = self._score_rows[:k]
-        elif n:
-            out[-1] = self.logits()
-        return out
 
-    def _record_scores(self, start: int, n: int, all_rows: bool) -> None:
-        rows = self._score_rows
-        if rows is None or len(rows) < start + n:
-            grown = np.zeros((max(start + n, 2 * (0 if rows is None else len(rows))), self.n_vocab),
-                             dtype=np.single)
-            if rows is not None:
-                grown[:len(rows)] = rows
-            self._score_rows = rows = grown
-        if all_rows:
-            for k in range(n):
-                rows[start + k] = self.context.logits(k)
-        else:
-            rows[start + n - 1] = self.context.logits(-1)
+def checked_seed(seed: int) -> int:
+    """``set_seed``'s argument as llama.cpp's seed (-1: a random one)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed <= 0xFFFFFFFF:
+        raise ValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
+    return seed_value(seed)
 
-    def set_seed(self, seed: int) -> None:
-        """The default seed of later requests (-1 or LLAMA_DEFAULT_SEED: a random one)."""
-        if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed <= 0xFFFFFFFF:
-            raise ValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
-        self.seed = seed_value(seed)
 
-    def set_cache(self, cache) -> None:
-        """llama-cpp-python's prompt cache: ``None`` only. The KV cache of the last request is
-        always reused for a shared prefix; keep more with ``save_state`` / ``load_state``."""
-        if cache is not None:
-            raise NotImplementedError("set_cache: a prompt cache object is not supported; the last "
-                                      "prompt's KV cache is reused automatically, and save_state() / "
-                                      "load_state() keep others")
+def check_cache(cache) -> None:
+    """llama-cpp-python's prompt cache: ``None`` only. The KV cache of the last request is
+    always reused for a shared prefix; keep more with ``save_state`` / ``load_state``."""
+    if cache is not None:
+        raise NotImplementedError("set_cache: a prompt cache object is not supported; the last "
+                                  "prompt's KV cache is reused automatically, and save_state() / "
+                                  "load_state() keep others")

@@ -142,3 +142,79 @@ def rerank_tokens(tokenizer, model_ptr, query: str, document: str) -> list[int]:
     if lib.llama_vocab_get_add_eos(vocab):
         out.append(eos)
     return out
+
+
+# ---- what Llama's embed / create_embedding / rank do ----------------------------------------------
+def _context_and_pooling(llm, need_rank: bool = False):
+    ctx = llm.context
+    pooling = lib.llama_pooling_type(ctx.ptr)
+    if not llm._embeddings:
+        raise ValueError("this Llama was created without embeddings=True: create it with "
+                         "Llama(..., embeddings=True) or use LlamaEmbedding")
+    if need_rank and pooling != lib.LLAMA_POOLING_TYPE_RANK:
+        raise ValueError("rank() needs a reranking model (pooling type rank); this context pools "
+                         f"with type {pooling}")
+    return ctx, pooling
+
+
+def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[list[np.ndarray], int]:
+    """One vector (or one row per token) per text, and how many tokens they had."""
+    ctx, pooling = _context_and_pooling(llm)
+    limit = min(ctx.n_batch, ctx.n_ctx)
+    tokens_of = tokens_of or (lambda t: llm.tokenize(t, add_bos=True, special=False))
+    token_lists = [fit(tokens_of(t), limit, i, truncate) for i, t in enumerate(texts)]
+    for i, toks in enumerate(token_lists):
+        if not toks:
+            raise ValueError(f"input {i} has no tokens")
+    n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else llm._model.n_embd
+    out: list[np.ndarray] = [np.empty(0)] * len(texts)
+    with llm.lock:
+        llm.tokens = []  # the batcher reuses the context's memory
+        for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out):
+            out[index] = vec
+    return out, sum(len(t) for t in token_lists)
+
+
+def embed(llm, input, norm, truncate: bool, return_count: bool):
+    """``norm``: a ``normalize`` mode, None for the Llama's DEFAULT_NORMALIZE."""
+    norm = llm.DEFAULT_NORMALIZE if norm is None else norm
+    texts = check_inputs(input)
+    if not texts:
+        return ([], 0) if return_count else []
+    vectors, count = embed_all(llm, texts, truncate)
+    result = [normalize(v, norm).tolist() for v in vectors]
+    if isinstance(input, str):
+        result = result[0]
+    return (result, count) if return_count else result
+
+
+def create_embedding(llm, input, model, norm, truncate: bool, output_format: str):
+    if output_format not in ("json", "json+", "array", "numpy"):
+        raise ValueError(f"output_format must be json, json+, array or numpy, not {output_format!r}")
+    norm = llm.DEFAULT_NORMALIZE if norm is None else norm
+    texts = check_inputs(input)
+    vectors, count = embed_all(llm, texts, truncate) if texts else ([], 0)
+    vectors = [normalize(v, norm) for v in vectors]
+    if output_format == "numpy":
+        return np.stack(vectors) if vectors else np.empty((0, llm.n_embd), dtype=np.float32)
+    if output_format == "array":
+        return [v.tolist() for v in vectors]
+    out = {"object": "list", "model": model or llm.model_path,
+           "data": [{"object": "embedding", "embedding": v.tolist(), "index": i} for i, v in enumerate(vectors)],
+           "usage": {"prompt_tokens": count, "total_tokens": count}}
+    if output_format == "json+":
+        out["cosine_similarity"] = (cosine_matrix(np.stack(vectors)).tolist()
+                                    if vectors and vectors[0].ndim == 1 else [])
+    return out
+
+
+def rank(llm, query: str, documents) -> list[float]:
+    _context_and_pooling(llm, need_rank=True)
+    if not isinstance(query, str):
+        raise TypeError("query must be a str")
+    docs = check_inputs(list(documents) if not isinstance(documents, str) else documents)
+    if not docs:
+        return []
+    scores, _ = embed_all(llm, docs, truncate=True,
+                          tokens_of=lambda d: rerank_tokens(llm.tokenizer, llm._model.ptr, query, d))
+    return [float(s[0]) for s in scores]

@@ -26,6 +26,8 @@ class HubError(ValueError):
 def _hub():
     try:
         import huggingface_hub
+        import huggingface_hub.constants  # submodules the package loads lazily
+        import huggingface_hub.errors
     except ImportError:
         raise ImportError("Llama.from_pretrained needs huggingface_hub: pip install 'llama-ffi[hf]'") from None
     return huggingface_hub

@@ -26,7 +26,7 @@ from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
 from llama_ffi.high.tokenizer import Tokenizer
 
-class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.StateMethods):
+class Llama:
     def __init__(
         self,
         model_path: str | os.PathLike,
@@ -324,7 +324,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
             if self._on_decoded is not None:
                 self._on_decoded(part, start + i)
             if self._logits_all:
-                self._record_scores(start + i, len(part), logits == "all")
+                compat.record_scores(self, start + i, len(part), logits == "all")
             self.tokens.extend(part)
             self.n_evaluated += len(part)
 
@@ -404,7 +404,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
         if self._on_decoded is not None:
             self._on_decoded([token], len(self.tokens))
         if self._logits_all:
-            self._record_scores(len(self.tokens), 1, False)
+            compat.record_scores(self, len(self.tokens), 1, False)
         self.tokens.append(token)
         self.n_evaluated += 1
         return -1
@@ -580,34 +580,7 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
             kwargs.setdefault("chat_format", self.chat_format)
         return create_chat_completion(self, messages, **kwargs)
 
-    # ---- embeddings and reranking -------------------------------------------------------------------
-    def _embedding_context(self, need_rank: bool = False) -> tuple[Context, int]:
-        ctx = self.context
-        pooling = lib.llama_pooling_type(ctx.ptr)
-        if not self._embeddings:
-            raise ValueError("this Llama was created without embeddings=True: create it with "
-                             "Llama(..., embeddings=True) or use LlamaEmbedding")
-        if need_rank and pooling != lib.LLAMA_POOLING_TYPE_RANK:
-            raise ValueError("rank() needs a reranking model (pooling type rank); this context pools "
-                             f"with type {pooling}")
-        return ctx, pooling
-
-    def _embed_all(self, texts: list[str], truncate: bool, tokens_of=None) -> tuple[list[np.ndarray], int]:
-        ctx, pooling = self._embedding_context()
-        limit = min(ctx.n_batch, ctx.n_ctx)
-        tokens_of = tokens_of or (lambda t: self.tokenize(t, add_bos=True, special=False))
-        token_lists = [embedding.fit(tokens_of(t), limit, i, truncate) for i, t in enumerate(texts)]
-        for i, toks in enumerate(token_lists):
-            if not toks:
-                raise ValueError(f"input {i} has no tokens")
-        n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else self._model.n_embd
-        out: list[np.ndarray] = [np.empty(0)] * len(texts)
-        with self.lock:
-            self.tokens = []  # the batcher reuses the context's memory
-            for index, vec in embedding.embed_token_lists(ctx, token_lists, pooling, n_out):
-                out[index] = vec
-        return out, sum(len(t) for t in token_lists)
-
+    # ---- embeddings and reranking (llama_ffi.high.embedding) ------------------------------------
     # llama-cpp-python's Llama.embed does not normalise unless asked; LlamaEmbedding does.
     DEFAULT_NORMALIZE: int | bool = False
 
@@ -615,52 +588,74 @@ class Llama(compat.LlamaCppPythonAttributes, adapters.AdapterMethods, state.Stat
               return_count: bool = False):
         """Embeddings as lists of floats: one vector per input, or per token with pooling none.
         ``normalize``: see ``embedding.normalize`` (True: euclidean); default DEFAULT_NORMALIZE."""
-        normalize = self.DEFAULT_NORMALIZE if normalize is None else normalize
-        texts = embedding.check_inputs(input)
-        if not texts:
-            return ([], 0) if return_count else []
-        vectors, count = self._embed_all(texts, truncate)
-        result = [embedding.normalize(v, normalize).tolist() for v in vectors]
-        if isinstance(input, str):
-            result = result[0]
-        return (result, count) if return_count else result
+        return embedding.embed(self, input, normalize, truncate, return_count)
 
     def create_embedding(self, input: str | Sequence[str], model: str | None = None,
                          normalize: int | bool | None = None, truncate: bool = True, output_format: str = "json"):
         """OpenAI-shaped embeddings. ``output_format``: "json" (the dict), "json+" (adds the cosine
         similarity matrix), "array" (list of vectors) or "numpy" (one 2-D array, pooled only)."""
-        if output_format not in ("json", "json+", "array", "numpy"):
-            raise ValueError(f"output_format must be json, json+, array or numpy, not {output_format!r}")
-        normalize = self.DEFAULT_NORMALIZE if normalize is None else normalize
-        texts = embedding.check_inputs(input)
-        vectors, count = self._embed_all(texts, truncate) if texts else ([], 0)
-        vectors = [embedding.normalize(v, normalize) for v in vectors]
-        if output_format == "numpy":
-            return np.stack(vectors) if vectors else np.empty((0, self.n_embd), dtype=np.float32)
-        if output_format == "array":
-            return [v.tolist() for v in vectors]
-        out = {"object": "list", "model": model or self.model_path,
-               "data": [{"object": "embedding", "embedding": v.tolist(), "index": i}
-                        for i, v in enumerate(vectors)],
-               "usage": {"prompt_tokens": count, "total_tokens": count}}
-        if output_format == "json+":
-            out["cosine_similarity"] = (embedding.cosine_matrix(np.stack(vectors)).tolist()
-                                        if vectors and vectors[0].ndim == 1 else [])
-        return out
+        return embedding.create_embedding(self, input, model, normalize, truncate, output_format)
 
     def rank(self, query: str, documents: Sequence[str]) -> list[float]:
         """One relevance score per document (a reranking model: pooling type rank)."""
-        self._embedding_context(need_rank=True)
-        if not isinstance(query, str):
-            raise TypeError("query must be a str")
-        docs = embedding.check_inputs(list(documents) if not isinstance(documents, str) else documents)
-        if not docs:
-            return []
-        scores, _ = self._embed_all(
-            docs, truncate=True,
-            tokens_of=lambda d: embedding.rerank_tokens(self.tokenizer, self._model.ptr, query, d))
-        return [float(s[0]) for s in scores]
+        return embedding.rank(self, query, documents)
 
+    # ---- llama-cpp-python's state and attributes ---------------------------------------------------
+    def save_state(self, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
+        """The KV cache and its tokens: bytes (a LlamaState), or written to ``path`` (llama_ffi.high.state)."""
+        return state.save(self, path)
+
+    def load_state(self, saved: bytes | str | os.PathLike) -> None:
+        state.load(self, saved)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens in the KV cache (llama-cpp-python's name)."""
+        return len(self.tokens)
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        """The tokens in the KV cache as an ``intc`` array (llama-cpp-python's name)."""
+        return np.asarray(self.tokens, dtype=np.intc)
+
+    @property
+    def scores(self) -> np.ndarray:
+        """(n_tokens, n_vocab) logits of the cached positions (see ``compat.scores``)."""
+        return compat.scores(self)
+
+    def set_seed(self, seed: int) -> None:
+        """The default seed of later requests (-1 or LLAMA_DEFAULT_SEED: a random one)."""
+        self.seed = compat.checked_seed(seed)
+
+    def set_cache(self, cache) -> None:
+        compat.check_cache(cache)
+
+    # ---- adapters (llama_ffi.high.adapters; the JamePeng fork's API) --------------------------------
+    def load_lora(self, name: str, path: str | os.PathLike) -> None:
+        """Load a LoRA adapter once; requests choose it with ``active_loras=[{"name": name, "scale": s}]``."""
+        with self.lock:
+            self.adapters.load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        """Free an adapter. An unfinished request or stream using it makes this an error."""
+        with self.lock:
+            if self.adapters.unload(name, self.context):
+                self._drop_cache()
+
+    @property
+    def loras(self) -> dict[str, dict]:
+        """name → {"path", "alpha", "metadata"} of every loaded adapter."""
+        return self.adapters.info()
+
+    def use_adapters(self, selection) -> None:
+        """Compute under ``selection`` (None: the default set); the cache of another set is dropped."""
+        if self.adapters.apply(self.context, selection or self.adapters.default):
+            self._drop_cache()
+
+    def _drop_cache(self) -> None:
+        self.context.clear()
+        self.tokens = []
+        self._resync_drafter([])
 
 _numa_started = False
 

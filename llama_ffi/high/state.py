@@ -51,34 +51,31 @@ def read(state: bytes | bytearray | str | os.PathLike) -> bytes:
         return f.read()
 
 
-class StateMethods:
-    """Llama's save_state / load_state (llama-cpp-python's names)."""
+def save(llm, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
+    """The context's state (KV cache) with the tokens it holds: returned as bytes (with
+    llama-cpp-python's LlamaState attributes), or written to ``path``. ``load`` takes either."""
+    with llm.lock:
+        tokens = list(llm.tokens)
+        data = encode(tokens, llm.context.state_bytes())
+    if path is None:
+        return compat.LlamaState(data, tokens, llm.seed)
+    write(path, data)
+    return None
 
-    def save_state(self, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
-        """The context's state (KV cache) with the tokens it holds: returned as bytes (with
-        llama-cpp-python's LlamaState attributes), or written to ``path``. ``load_state`` takes
-        either."""
-        with self.lock:
-            tokens = list(self.tokens)
-            data = encode(tokens, self.context.state_bytes())
-        if path is None:
-            return compat.LlamaState(data, tokens, self.seed)
-        write(path, data)
-        return None
 
-    def load_state(self, saved: bytes | str | os.PathLike) -> None:
-        tokens, context_state = decode(read(saved))
-        with self.lock:
-            self.tokenizer.check_tokens(tokens)
-            self.context.set_state_bytes(context_state)
-            self.tokens = tokens
-            # llama.cpp's state holds the KV cache but not the logits: recompute the last
-            # token's, as llama.cpp's server does after restoring a slot.
-            if tokens:
-                last_pos = len(tokens) - 1
-                self.context.seq_rm(0, last_pos, -1)
-                last = self.tokens.pop()
-                self._resync_drafter(self.tokens)
-                self._decode([last], last_pos)
-            else:
-                self._resync_drafter([])
+def load(llm, saved: bytes | str | os.PathLike) -> None:
+    tokens, context_state = decode(read(saved))
+    with llm.lock:
+        llm.tokenizer.check_tokens(tokens)
+        llm.context.set_state_bytes(context_state)
+        llm.tokens = tokens
+        # llama.cpp's state holds the KV cache but not the logits: recompute the last
+        # token's, as llama.cpp's server does after restoring a slot.
+        if tokens:
+            last_pos = len(tokens) - 1
+            llm.context.seq_rm(0, last_pos, -1)
+            last = llm.tokens.pop()
+            llm._resync_drafter(llm.tokens)
+            llm._decode([last], last_pos)
+        else:
+            llm._resync_drafter([])
