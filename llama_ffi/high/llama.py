@@ -26,7 +26,10 @@ from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
 from llama_ffi.high.tokenizer import Tokenizer
 
+
 class Llama:
+    """A model and one context with llama-cpp-python's API; each capability lives in its module."""
+
     def __init__(
         self,
         model_path: str | os.PathLike,
