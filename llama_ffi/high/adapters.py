@@ -94,8 +94,8 @@ def _open_gguf(path: Path, what: str, tensors=None):
 
 
 def _adapter_type(path: Path) -> str | None:
-    """A GGUF's ``adapter.type``; ValueError when unreadable. (An f32 ``lora_a`` crashed llama.cpp's
-    CPU matmul up to b11434 and was refused then; at b11549 llama-completion and llama_ffi run it.)"""
+    """A GGUF's ``adapter.type``; ValueError when unreadable. (f32 adapters were once refused after a
+    crash seen on another machine; neither b11434 nor b11549 crashes with them here.)"""
     with _open_gguf(path, "GGUF file") as ctx:
         i = lib.gguf_find_key(ctx, ADAPTER_TYPE_KEY.encode())
         if i >= 0 and lib.gguf_get_kv_type(ctx, i) == lib.GGUF_TYPE_STRING:

@@ -47,13 +47,13 @@ def split_parts(path: str) -> list[str]:
 
 
 def _match_one(files: Sequence[str], pattern: str, repo_id: str) -> str:
-    matches = [f for f in files if fnmatch.fnmatch(f, pattern)]
-    first_parts = [f for f in matches if split_parts(f)[0] == f]  # a split model counts once
-    if len(first_parts) == 1:
-        return first_parts[0]
-    if not matches:
+    # a split model counts once, as its first part, whichever of its parts the pattern matched
+    models = sorted({split_parts(f)[0] for f in files if fnmatch.fnmatch(f, pattern)})
+    if len(models) == 1:
+        return models[0]
+    if not models:
         raise HubError(f"no file in {repo_id} matches {pattern!r}; its files: {', '.join(sorted(files)) or 'none'}")
-    raise HubError(f"{len(first_parts)} files in {repo_id} match {pattern!r}: {', '.join(sorted(first_parts))}; "
+    raise HubError(f"{len(models)} files in {repo_id} match {pattern!r}: {', '.join(models)}; "
                    "give a pattern that matches one")
 
 
