@@ -30,7 +30,7 @@ lib.llama_backend_init()
 
 # llama-cpp-python's top-level names (``from llama_cpp import Llama`` becomes ``from llama_ffi
 # import Llama``), imported on first use so that ``import llama_ffi`` stays the raw binding.
-_HIGH_LEVEL = {"Llama", "LlamaGrammar", "LlamaEmbedding", "LlamaState"}
+_HIGH_LEVEL = {"Llama", "LlamaGrammar", "LlamaEmbedding", "LlamaState", "LlamaCache", "LlamaRAMCache", "LlamaDiskCache"}
 
 
 def __getattr__(name: str):

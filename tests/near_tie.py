@@ -38,14 +38,15 @@ def _gap(model_path: str, n_ctx: int) -> float:
 
 @cache
 def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
-    """The same for choices decoded together by parallel.py itself, on a fixed text: sequence s
-    reads GAP_TEXT from its token s (prompts of different lengths), its continuation forced token by
-    token; every odd sequence stops early, so its cells are freed and later tokens land in the holes
-    (out of position order, which changes the order of the attention sums). Each step's logits are
-    compared with a single-sequence decode of the same tokens."""
+    """The same for choices decoded together by the engine, on a fixed text: sequence s reads
+    GAP_TEXT from its token s (prompts of different lengths), its continuation forced token by
+    token; every odd sequence stops early and its slot is forgotten at once, so later tokens land in
+    the holes among the others' cells (out of position order, which changes the order of the
+    attention sums: measured up to 0.8 logits on SmolLM2 with flash attention). Each step's logits
+    are compared with a single-sequence decode of the same tokens."""
     from llama_ffi.high import Llama
 
-    with Llama(model_path, n_ctx=n_ctx, n_seq_max=n_seq, progress=False) as llm:
+    with Llama(model_path, n_ctx=n_ctx, n_seq_max=n_seq + 2, progress=False) as llm:
         tokens = llm.tokenize(GAP_TEXT, add_bos=False)
         bos = [llm.token_bos()] if llm.token_bos() >= 0 else []
         bases = [bos + tokens[s:] for s in range(n_seq)]  # a model may need its BOS (gemma's sink)
@@ -61,11 +62,15 @@ def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
         llm.reset()
         prompts = [base[:5 + 2 * s] for s, base in enumerate(bases)]
         which = {tuple(base[:5]): s for s, base in enumerate(bases)}
-        end, worst = llm.token_eos(), [0.0]
+        end, worst, holes = llm.token_eos(), [0.0], []
 
         def force(ids, logits):
             s, n = which[tuple(ids[:5].tolist())], len(ids)
             worst[0] = max(worst[0], float(np.abs(single[s][n - 1] - logits).max()))
+            for slot in llm.engine.slots.idle():  # a stopped sequence's cells are freed at once:
+                if slot.tokens:                   # the others' next tokens land in its holes
+                    holes.append(slot.seq)        # (between two decodes, in the engine's thread)
+                    llm.engine.slots.forget(slot)
             stop = s % 2 == 1 and n - len(prompts[s]) == 2 + s
             nxt = end if stop else bases[s][n]
             logits[:] = -np.inf
@@ -74,6 +79,7 @@ def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
 
         budget = min(len(b) for b in bases) - max(len(p) for p in prompts) - 1
         llm(prompts, max_tokens=budget, temperature=0.0, logits_processor=[force])
+        assert holes, "the measurement made no holes"
         llm.reset()
         return worst[0]
 
@@ -143,14 +149,20 @@ def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], 
 
 
 def assert_same_or_sampling_flip(llm, prompt: list[int], got: list[int], want: list[int],
-                                 temperature: float) -> None:
+                                 temperature: float, batched: bool = False) -> None:
     """Two seeded sampled runs (``want`` plain, ``got`` another batch shape) draw the same random
     numbers, so they agree unless different logits move a draw across a boundary between two
     candidates. Accepted only where this machine's batched and single logits differ at all, and
-    where both tokens at the first difference are real candidates of the plain distribution."""
+    where both tokens at the first difference are real candidates of the plain distribution. With
+    ``batched`` (other sequences shared the steps and the KV cache) the first condition is not
+    asked: where cells land among other sequences' changes the logits (measured on SmolLM2 Q4_1:
+    0.5 to 1.0 at identical histories after a request was cut and refilled beside a stream, with
+    flash attention; up to 1.35 with it off when a prompt joins the batch), in layouts
+    _parallel_gap does not always reproduce."""
     if got == want:
         return
-    assert gap(llm) > 0, "sampled outputs differ although batched and single logits are identical here"
+    if not batched:
+        assert gap(llm) > 0, "sampled outputs differ although batched and single logits are identical here"
     i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
     assert i < min(len(got), len(want)), f"outputs differ in length only: {got!r} vs {want!r}"
     llm.reset()

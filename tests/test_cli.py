@@ -56,10 +56,15 @@ def test_bad_model_path_is_a_clear_error(tmp_path):
     assert out.returncode == 2 and "not found" in out.stderr
 
 
-def test_speculative_flags_keep_the_output_and_report_the_drafts(smollm2_path):
-    from llama_ffi.bench import SPEC_PROMPTS
+# A text the model continues by copying it: drafts from the prompt are accepted.
+COPY = ("Llamas are domesticated South American camelids, widely used as meat and pack animals by Andean "
+        "cultures since the pre-Columbian era. Llamas are social animals and live with others as a herd. "
+        "Their wool is soft and contains only a small amount of lanolin.\n\n"
+        "Here is the same paragraph again, copied word for word:\n\nLlamas are domesticated")
 
-    base = ("complete", SPEC_PROMPTS["copy (repetitive)"], "-m", str(smollm2_path), "-n", "64", "--temp", "0")
+
+def test_speculative_flags_keep_the_output_and_report_the_drafts(smollm2_path):
+    base = ("complete", COPY, "-m", str(smollm2_path), "-n", "64", "--temp", "0")
     plain = run(*base)
     spec = run(*base, "--spec-type", "ngram-map-k")
     assert plain.returncode == 0 and spec.returncode == 0, spec.stderr

@@ -544,22 +544,22 @@ def test_streaming_multibyte_output(llm):
 
 @pytest.mark.parametrize("n", [1, 3, 8, 9, 20])
 def test_greedy_runs_leave_the_cache_as_plain_decoding_does(llm, n):
-    # greedy decoding goes through C runs of several tokens; stopping inside a run (max_tokens,
-    # a stop string, a consumer that breaks) must leave the cache holding exactly prompt +
-    # generated tokens but the last, like a token-by-token loop
+    # the engine decodes a stream's tokens ahead of its reader; a reader that stops (max_tokens, a
+    # consumer that breaks) must leave the cache holding exactly prompt + the tokens it read but
+    # the last, like a token-by-token loop
     prompt = llm.tokenize("The history of the printing press")
     llm.reset()
     got = list(llm.generate(prompt, temperature=0, max_tokens=n))
     assert len(got) == n
     assert llm.tokens == prompt + got[:-1]
-    assert llm.context.seq_pos_max(0) + 1 == len(llm.tokens)
+    assert llm.context.seq_pos_max(llm.main_seq) + 1 == len(llm.tokens)
     llm.reset()
     stream = llm.generate(prompt, temperature=0, max_tokens=40)
     first = [next(stream) for _ in range(n)]
     stream.close()  # the consumer stops mid-run
     assert first == got
     assert llm.tokens == prompt + got[:-1]
-    assert llm.context.seq_pos_max(0) + 1 == len(llm.tokens)
+    assert llm.context.seq_pos_max(llm.main_seq) + 1 == len(llm.tokens)
     # and a continuation from there equals an uninterrupted generation
     llm.reset()
     whole = list(llm.generate(prompt, temperature=0, max_tokens=n + 5))
@@ -584,7 +584,7 @@ def test_greedy_argmax_is_the_first_maximum(llm, values, top, n_vocab):
     """The C argmax (blockwise, vectorised) against numpy's first-maximum rule, ties included."""
     from llama_ffi import ffi, lib
 
-    with llm.lock:
+    with llm.single():
         llm.eval_prompt(llm.tokenize("a"))
         logits = llm.context.logits(-1)
         logits[:] = np.resize(np.asarray(values, dtype=np.float32), logits.shape)

@@ -252,7 +252,7 @@ def test_unsupported_call_parameters_name_the_alternative(llm):
         llm("def f(", suffix="return 1", max_tokens=4)  # SmolLM2 has no FIM tokens (tests/test_infill.py)
     with pytest.raises(ValueError, match="penalize_nl=False is not supported"):
         llm("x", max_tokens=2, penalize_nl=False)
-    with pytest.raises(NotImplementedError, match="set_cache: a prompt cache object is not supported"):
+    with pytest.raises(TypeError, match="set_cache takes a LlamaRAMCache, a LlamaDiskCache or None"):
         llm.set_cache(object())
     llm.set_cache(None)
     with pytest.raises(ValueError, match="idx=0: only the last evaluated position"):

@@ -168,6 +168,49 @@ def test_a_second_turn_reuses_the_cached_image(llm, smollm2_path, media):
     assert llm("The capital of France is", max_tokens=4, temperature=0)["choices"][0]["text"]
 
 
+def test_a_cached_image_never_answers_for_another(llm, media):
+    """The report: a stream about image A read for 2 chunks, a request about image B, the stream
+    read to its end; asking about B again must answer about B, not A."""
+    def about(image):
+        return [{"role": "user", "content": [{"type": "image_url", "image_url": str(media[image])},
+                                             {"type": "text", "text": QUESTION}]}]
+
+    want_b = llm.create_chat_completion(about("wide"), max_tokens=N, temperature=0)["choices"][0]["message"]["content"]
+    want_a = llm.create_chat_completion(about("jpeg"), max_tokens=N, temperature=0)["choices"][0]["message"]["content"]
+    assert want_a != want_b
+    stream = llm.create_chat_completion(about("jpeg"), max_tokens=N, temperature=0, stream=True)
+    head = [next(stream), next(stream)]
+    llm.create_chat_completion(about("wide"), max_tokens=N, temperature=0)
+    got_a = "".join(c["choices"][0]["delta"].get("content", "") for c in head + list(stream))
+    again_b = llm.create_chat_completion(about("wide"), max_tokens=N, temperature=0)["choices"][0]["message"]["content"]
+    assert again_b == want_b
+    assert got_a == want_a
+
+
+def test_n_choices_about_an_image(llm, media):
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": str(media["jpeg"])},
+                                             {"type": "text", "text": QUESTION}]}]
+    one = llm.create_chat_completion(messages, max_tokens=N, temperature=0)["choices"][0]["message"]["content"]
+    encoded = llm.mtmd.media_encoded
+    two = llm.create_chat_completion(messages, n=2, max_tokens=N, temperature=0)["choices"]
+    assert [c["message"]["content"] for c in two] == [one, one]
+    assert llm.mtmd.media_encoded - encoded <= 1  # both choices share one evaluation of the prompt
+
+
+def test_state_of_a_multimodal_prompt_round_trips(llm, media, tmp_path):
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": str(media["jpeg"])},
+                                             {"type": "text", "text": QUESTION}]}]
+    want = llm.create_chat_completion(messages, max_tokens=N, temperature=0)["choices"][0]["message"]["content"]
+    llm.save_state(tmp_path / "mm.state")
+    llm.reset()
+    llm.load_state(tmp_path / "mm.state")
+    assert llm.media_spans and any(t < 0 for t in llm.tokens)
+    encoded = llm.mtmd.media_encoded
+    again = llm.create_chat_completion(messages, max_tokens=N, temperature=0)["choices"][0]["message"]["content"]
+    assert again == want
+    assert llm.mtmd.media_encoded == encoded  # the restored cache served the image
+
+
 def test_cli_image_flags(smollm2_path, media):
     import sys
 

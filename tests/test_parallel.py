@@ -3,12 +3,10 @@ llama_decode per step, against the same prompts run alone (near ties explained, 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from llama_ffi.high import Llama, LlamaGrammar
-from llama_ffi.high.parallel import DEFAULT_SLOTS, choice_seed
+from llama_ffi.high.engine.choices import DEFAULT_SLOTS, choice_seed
 from near_tie import assert_same_or_near_tie, parallel_bound
 
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fib(n):",
@@ -24,6 +22,14 @@ def llm(smollm2_path):
 
 def texts(result) -> list[str]:
     return [c["text"] for c in result["choices"]]
+
+
+def prompt_tokens_decoded(llm, *args, **kwargs) -> tuple[dict, int]:
+    """A completion from cold caches, and how many prompt tokens the engine decoded for it."""
+    llm.reset()
+    before = llm.engine.stats.prompt_tokens
+    result = llm(*args, **kwargs)
+    return result, llm.engine.stats.prompt_tokens - before
 
 
 def test_defaults_give_slots_with_a_unified_cache(llm):
@@ -50,8 +56,10 @@ def test_greedy_choices_equal_each_prompt_alone_or_a_near_tie(model, smollm2_pat
         result = llm(PROMPTS, max_tokens=N, temperature=0)
         assert [c["index"] for c in result["choices"]] == list(range(len(PROMPTS)))
         for prompt, choice in zip(PROMPTS, result["choices"]):
-            assert choice["finish_reason"] in ("stop", "length")
             assert_same_or_near_tie(llm, prompt, choice["text"], N, limit=parallel_bound(llm))
+            alone = llm(prompt, max_tokens=N, temperature=0)["choices"][0]
+            if alone["text"] == choice["text"]:
+                assert choice["finish_reason"] == alone["finish_reason"]
         single = llm(PROMPTS[0], max_tokens=N, temperature=0)  # the plain path still works after it
         assert_same_or_near_tie(llm, PROMPTS[0], single["choices"][0]["text"], N)
 
@@ -68,14 +76,14 @@ def test_token_prompts_and_usage(llm):
 
 
 def test_n_greedy_choices_evaluate_the_prompt_once(llm):
-    result = llm(PROMPTS[1], n=3, max_tokens=N, temperature=0)
-    assert llm.last_parallel_stats.prompt_tokens == len(llm.tokenize(PROMPTS[1]))
+    result, decoded = prompt_tokens_decoded(llm, PROMPTS[1], n=3, max_tokens=N, temperature=0)
+    assert decoded == len(llm.tokenize(PROMPTS[1]))
     assert [c["index"] for c in result["choices"]] == [0, 1, 2]
     for text in texts(result):
         assert_same_or_near_tie(llm, PROMPTS[1], text, N, limit=parallel_bound(llm))
-    two = llm(PROMPTS[:2], n=2, max_tokens=4, temperature=0)
+    two, decoded = prompt_tokens_decoded(llm, PROMPTS[:2], n=2, max_tokens=4, temperature=0)
     assert len(two["choices"]) == 4
-    assert llm.last_parallel_stats.prompt_tokens == sum(len(llm.tokenize(p)) for p in PROMPTS[:2])
+    assert decoded == sum(len(llm.tokenize(p)) for p in PROMPTS[:2])
 
 
 def test_seeded_choices_are_reproducible_and_differ(llm):
@@ -95,8 +103,10 @@ def test_more_choices_than_slots_take_freed_slots(smollm2_path, llm):
         for prompt, text in zip(PROMPTS, texts(result)):
             assert_same_or_near_tie(small, prompt, text, 12, limit=parallel_bound(small))
         # n larger than the slots: the prompt is evaluated once per group of slots (3 groups of <= 2)
-        assert len(small(PROMPTS[0], n=5, max_tokens=4, temperature=0)["choices"]) == 5
-        assert small.last_parallel_stats.prompt_tokens == 3 * len(small.tokenize(PROMPTS[0]))
+        five, decoded = prompt_tokens_decoded(small, PROMPTS[0], n=5, max_tokens=4, temperature=0)
+        assert len(five["choices"]) == 5
+        # the later groups find the prompt in a slot's cache: only its last token is decoded again
+        assert decoded == len(small.tokenize(PROMPTS[0])) + 2
 
 
 def test_unbounded_choices_that_cannot_share_the_context_run_one_after_another(smollm2_path):
@@ -104,21 +114,27 @@ def test_unbounded_choices_that_cannot_share_the_context_run_one_after_another(s
         n_ctx = small.n_ctx()
         prompt = small.tokenize(PROMPTS[0])
         ban = {small.token_eos(): -float("inf")}  # every choice runs until the context is full
-        result = small(prompt, n=3, max_tokens=None, temperature=0.8, seed=11, logit_bias=ban)
+        result, decoded = prompt_tokens_decoded(small, prompt, n=3, max_tokens=None, temperature=0.8, seed=11,
+                                                logit_bias=ban)
         assert [c["finish_reason"] for c in result["choices"]] == ["length"] * 3
         assert result["usage"]["completion_tokens"] == 3 * (n_ctx - len(prompt))
-        assert small.last_parallel_stats.prompt_tokens == 3 * len(prompt)  # one group each
+        assert decoded >= 3  # one group each: the prompt (or its last token) again for every choice
 
 
 def test_per_choice_stop_strings_budgets_and_logprobs(llm):
     result = llm(PROMPTS[:3], max_tokens=N, temperature=0, stop=["\n"], logprobs=2)
     for prompt, choice in zip(PROMPTS[:3], result["choices"]):
-        alone = llm(prompt, max_tokens=N, temperature=0, stop=["\n"], logprobs=2)["choices"][0]
         assert "\n" not in choice["text"]
+        lp = choice["logprobs"]
+        assert "".join(lp["tokens"]).startswith(choice["text"])  # a stop string's token is not text
+        assert all(len(t) == 2 and max(t.values()) >= v - 1e-6 for t, v in zip(lp["top_logprobs"], lp["token_logprobs"]))
+        # equal to the prompt alone (stop string and finish reason too), or an explained near tie
+        alone = llm(prompt, max_tokens=N, temperature=0, stop=["\n"], logprobs=2)["choices"][0]
         if choice["text"] == alone["text"]:
             assert choice["finish_reason"] == alone["finish_reason"]
-            assert choice["logprobs"]["tokens"] == alone["logprobs"]["tokens"]
-            assert all(len(t) == 2 for t in choice["logprobs"]["top_logprobs"])
+            assert lp["tokens"] == alone["logprobs"]["tokens"]
+        else:  # the texts part before the stop string: that is where the runs differ
+            assert_same_or_near_tie(llm, prompt, choice["text"], len(lp["tokens"]), limit=parallel_bound(llm))
 
 
 def test_grammar_applies_to_every_choice(llm):
@@ -190,16 +206,24 @@ def test_one_prompt_too_long_fails_the_request_up_front(smollm2_path):
     with Llama(smollm2_path, n_ctx=64, n_threads=2, progress=False) as small:
         n_ctx = small.n_ctx()  # llama.cpp may round the context up
         long = " ".join(["word"] * (n_ctx + 10))
-        stats_before = small.last_parallel_stats
         with pytest.raises(ValueError, match=f"the context holds only {n_ctx}"):
             small([PROMPTS[0], long], max_tokens=4)
-        assert small.last_parallel_stats is stats_before  # nothing was decoded
+        assert small.n_evaluated == 0  # nothing was decoded
+        small([PROMPTS[0]], max_tokens=4)
+        assert small.n_evaluated > 0
 
 
-def test_state_of_the_single_path_is_kept_apart(llm):
-    llm(PROMPTS[0], max_tokens=4, temperature=0)
-    llm(PROMPTS[1:3], max_tokens=4, temperature=0)
-    assert llm.tokens == []  # the parallel run left an empty cache, so the next prompt starts clean
-    out = llm(PROMPTS[0], max_tokens=6, temperature=0)
-    assert_same_or_near_tie(llm, PROMPTS[0], out["choices"][0]["text"], 6)
-    assert json.dumps(out)  # plain JSON, as OpenAI's
+def test_slots_keep_their_prompts_for_later_requests(llm):
+    llm.reset()
+    llm(PROMPTS[:3], max_tokens=4, temperature=0)
+    before = llm.n_evaluated
+    again = llm(PROMPTS[1], max_tokens=1, temperature=0)  # the slot that answered it still holds it
+    assert llm.n_evaluated - before == 1  # its last token, for the logits
+    assert_same_or_near_tie(llm, PROMPTS[1], again["choices"][0]["text"], 1, limit=parallel_bound(llm))
+
+
+def test_bad_requests_leave_the_counters_alone_and_good_ones_move_them(llm):
+    before = llm.n_evaluated
+    llm.reset()
+    llm(PROMPTS[:2], max_tokens=2, temperature=0)
+    assert llm.n_evaluated > before  # so the refusal tests above would notice a decode

@@ -66,7 +66,7 @@ def _tokens(llm, prompt, **kw):
 
 
 def _cache_consistent(llm) -> bool:
-    return llm.context.seq_pos_max(0) + 1 == len(llm.tokens)
+    return llm.context.seq_pos_max(llm.main_seq) + 1 == len(llm.tokens)
 
 
 # ---- identity with plain decoding ------------------------------------------------------------------

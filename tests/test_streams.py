@@ -1,7 +1,10 @@
-"""A suspended stream never blocks another request, and resumes exactly where it was.
+"""A suspended stream never blocks another request, and resumes where it was.
 
-A request that comes while a stream is suspended parks it (its context state is copied); the
-stream's next chunk restores that state, so its text is the text it gives uninterrupted."""
+A stream keeps its slot while its reader pauses (the engine decodes a bounded number of tokens
+ahead), and other requests are decoded meanwhile, in the same steps: the texts equal each request
+alone, or differ at an explained near tie (near_tie: several sequences in one batch sum in another
+order). A Llama whose requests run alone (speculative) parks a suspended stream by copying its
+state; its text is then exactly the uninterrupted one."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import pytest
 
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 STORY = "Once upon a time, in a small village by the sea, there lived"
 QUESTION = "The three primary colours are"
@@ -34,7 +38,7 @@ def alone(llm, prompt, **kw) -> str:
 
 
 def cache_is_consistent(llm) -> bool:
-    return llm.context.seq_pos_max(0) + 1 == len(llm.tokens)
+    return llm.context.seq_pos_max(llm.main_seq) + 1 == len(llm.tokens)
 
 
 def in_thread(fn, timeout=60.0):
@@ -47,21 +51,29 @@ def in_thread(fn, timeout=60.0):
     return out["value"]
 
 
-@pytest.mark.parametrize("sampling", [GREEDY, dict(temperature=0.9, seed=11, repeat_penalty=1.2)])
-def test_request_during_a_suspended_stream_runs_and_the_stream_resumes_exactly(llm, sampling):
-    want_story = alone(llm, STORY, max_tokens=40, **sampling)
-    want_question = alone(llm, QUESTION, max_tokens=12, **sampling)
-    stream = llm(STORY, max_tokens=40, stream=True, **sampling)
+def same(llm, prompt: str, got: str, n: int) -> None:
+    assert_same_or_near_tie(llm, prompt, got, n, limit=parallel_bound(llm))
+
+
+def test_request_during_a_suspended_stream_runs_and_the_stream_resumes(llm):
+    stream = llm(STORY, max_tokens=40, stream=True, **GREEDY)
     head = [next(stream) for _ in range(3)]
-    assert alone(llm, QUESTION, max_tokens=12, **sampling) == want_question  # same thread: no deadlock
-    assert in_thread(lambda: alone(llm, QUESTION, max_tokens=12, **sampling)) == want_question
-    assert text(head) + text(stream) == want_story
+    same(llm, QUESTION, alone(llm, QUESTION, max_tokens=12, **GREEDY), 12)  # same thread: no deadlock
+    same(llm, QUESTION, in_thread(lambda: alone(llm, QUESTION, max_tokens=12, **GREEDY)), 12)
+    same(llm, STORY, text(head) + text(stream), 40)
     assert cache_is_consistent(llm)
 
 
+def test_a_seeded_sampled_stream_is_reproducible_whatever_runs_meanwhile(llm):
+    prompt, sampling = llm.tokenize(STORY), dict(temperature=0.9, seed=11, repeat_penalty=1.2)
+    want = list(llm.generate(prompt, max_tokens=30, **sampling))
+    tokens = llm.generate(prompt, max_tokens=30, **sampling)
+    head = [next(tokens) for _ in range(4)]
+    same(llm, QUESTION, alone(llm, QUESTION, max_tokens=12, **GREEDY), 12)
+    assert_same_or_sampling_flip(llm, prompt, head + list(tokens), want, sampling["temperature"], batched=True)
+
+
 def test_two_streams_interleaved_chunk_by_chunk(llm):
-    want_a = alone(llm, STORY, max_tokens=30, **GREEDY)
-    want_b = alone(llm, QUESTION, max_tokens=30, **GREEDY)
     a = llm(STORY, max_tokens=30, stream=True, **GREEDY)
     b = llm(QUESTION, max_tokens=30, stream=True, **GREEDY)
     got_a, got_b = [], []
@@ -70,45 +82,44 @@ def test_two_streams_interleaved_chunk_by_chunk(llm):
         got_b.append(y)
     got_a += list(a)
     got_b += list(b)
-    assert (text(got_a), text(got_b)) == (want_a, want_b)
+    same(llm, STORY, text(got_a), 30)
+    same(llm, QUESTION, text(got_b), 30)
 
 
 def test_generate_is_a_stream_too(llm):
     prompt = llm.tokenize(STORY)
-    want = list(llm.generate(prompt, max_tokens=20, **GREEDY))
     tokens = llm.generate(prompt, max_tokens=20, **GREEDY)
     head = [next(tokens) for _ in range(5)]
     assert alone(llm, QUESTION, max_tokens=6, **GREEDY)
-    assert head + list(tokens) == want
+    rest = list(tokens)
+    assert len(head + rest) == 20
+    assert_same_or_near_tie(llm, prompt, head + rest, 20, limit=parallel_bound(llm))
 
 
 def test_abandoned_stream_leaves_a_usable_consistent_cache(llm):
-    want = alone(llm, QUESTION, max_tokens=12, **GREEDY)
     stream = llm(STORY, max_tokens=200, stream=True, **GREEDY)
     for _, _ in zip(range(4), stream):  # a break out of the loop
         pass
     del stream
     gc.collect()
     assert cache_is_consistent(llm)
-    assert alone(llm, QUESTION, max_tokens=12, **GREEDY) == want
+    assert not llm.engine.busy()  # its slot was freed at once
+    same(llm, QUESTION, alone(llm, QUESTION, max_tokens=12, **GREEDY), 12)
     assert cache_is_consistent(llm)
 
 
-def test_closing_a_parked_stream_does_not_touch_the_new_owner(llm):
-    want = alone(llm, QUESTION, max_tokens=16, **GREEDY)
+def test_closing_a_suspended_stream_does_not_touch_another(llm):
     stream = llm(STORY, max_tokens=200, stream=True, **GREEDY)
     next(stream)
     other = llm(QUESTION, max_tokens=16, stream=True, **GREEDY)  # parks `stream` at its first chunk
     first = next(other)
-    stream.close()            # parked: its clean-up must not cut `other`'s cache
-    assert text([first]) + text(other) == want
+    stream.close()            # its clean-up must not cut `other`'s cache
+    same(llm, QUESTION, text([first]) + text(other), 16)
     assert list(stream) == []  # a closed stream is exhausted
     assert cache_is_consistent(llm)
 
 
-def test_slow_stream_and_completions_on_two_threads_each_get_their_sequential_output(llm):
-    want_story = alone(llm, STORY, max_tokens=32, **GREEDY)
-    want_question = alone(llm, QUESTION, max_tokens=10, **GREEDY)
+def test_slow_stream_and_completions_on_two_threads_each_get_their_own_output(llm):
     results: dict = {"questions": []}
 
     def slow_reader():
@@ -128,8 +139,9 @@ def test_slow_stream_and_completions_on_two_threads_each_get_their_sequential_ou
     for t in threads:
         t.join(120)
     assert not any(t.is_alive() for t in threads)
-    assert results["story"] == want_story
-    assert results["questions"] == [want_question] * 5
+    same(llm, STORY, results["story"], 32)
+    for answer in results["questions"]:
+        same(llm, QUESTION, answer, 10)
 
 
 def test_stream_of_a_closed_llama_raises(smollm2_path):

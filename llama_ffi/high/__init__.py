@@ -2,12 +2,14 @@
 
 from llama_ffi.high.compat import LlamaState
 from llama_ffi.high.context import Context, ContextParams, DecodeError
+from llama_ffi.high.engine.prompt_cache import LlamaCache, LlamaDiskCache, LlamaRAMCache
 from llama_ffi.high.grammar import LlamaGrammar
-from llama_ffi.high.llama import Llama, LlamaEmbedding
+from llama_ffi.high.llama import Llama
+from llama_ffi.high.llama_embedding import LlamaEmbedding
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.multimodal import MTMDChatHandler
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.tokenizer import Tokenizer
 
-__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding", "LlamaGrammar", "LlamaState",
+__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding", "LlamaCache", "LlamaDiskCache", "LlamaGrammar", "LlamaRAMCache", "LlamaState",
            "MTMDChatHandler", "Model", "ModelParams", "SamplingParams", "Tokenizer"]

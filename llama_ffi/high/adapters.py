@@ -216,6 +216,12 @@ class Selection:
     def key(self) -> tuple:
         return (tuple((id(a), s) for a, s in self.loras), self.cvec.key if self.cvec is not None else None)
 
+    @property
+    def stable_key(self) -> str:
+        """The selection by adapter names, files and scales: the same in another process."""
+        return repr((tuple((a.name, str(a.path), s) for a, s in self.loras),
+                     self.cvec.key if self.cvec is not None else None))
+
 
 BASE = Selection()
 

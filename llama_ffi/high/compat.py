@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from llama_ffi import lib
-from llama_ffi.high._checks import flag
+from llama_ffi.high._checks import flag, integer
 
 # llama-cpp-python's -1 seed: a random one (llama.cpp's LLAMA_DEFAULT_SEED).
 RANDOM_SEED = -1
@@ -185,9 +185,39 @@ def checked_seed(seed: int) -> int:
 
 
 def check_cache(cache) -> None:
-    """llama-cpp-python's prompt cache: ``None`` only. The KV cache of the last request is
-    always reused for a shared prefix; keep more with ``save_state`` / ``load_state``."""
+    """A Llama whose requests run alone (speculative, ``logits_all``) takes no prompt cache: its one
+    sequence's cache is reused for a shared prefix; keep more with ``save_state`` / ``load_state``."""
     if cache is not None:
-        raise NotImplementedError("set_cache: a prompt cache object is not supported; the last "
-                                  "prompt's KV cache is reused automatically, and save_state() / "
-                                  "load_state() keep others")
+        raise NotImplementedError("set_cache: a Llama with speculative decoding or logits_all=True runs one "
+                                  "sequence and takes no prompt cache; save_state() / load_state() keep others")
+
+
+def sampling_params(default_seed: int, last_n_tokens_size: int, seed: int | None = None, **kw):
+    """A request's SamplingParams from llama-cpp-python's names (``temp``, ``mirostat``); an
+    unknown name is an error. ``penalty_last_n`` defaults to the Llama's ``last_n_tokens_size``."""
+    from llama_ffi.high.sampling import SamplingParams
+
+    kw.setdefault("penalty_last_n", last_n_tokens_size)
+    mirostat = kw.pop("mirostat", None)
+    if mirostat is not None:
+        kw["mirostat_mode"] = mirostat
+    temp = kw.pop("temp", None)
+    if temp is not None:
+        kw["temperature"] = temp
+    unknown = sorted(set(kw) - set(SamplingParams.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
+    return SamplingParams(seed=default_seed if seed is None else seed_value(seed), **kw)
+
+
+_numa_started = False
+
+
+def init_numa(numa: bool | int) -> None:
+    """llama-cpp-python's ``numa``: True (distribute) or a ggml_numa_strategy; once per process."""
+    global _numa_started
+    strategy = (lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa else lib.GGML_NUMA_STRATEGY_DISABLED) \
+        if isinstance(numa, bool) else integer("numa", numa, 0, lib.GGML_NUMA_STRATEGY_COUNT - 1)
+    if strategy != lib.GGML_NUMA_STRATEGY_DISABLED and not _numa_started:
+        lib.llama_numa_init(strategy)
+        _numa_started = True

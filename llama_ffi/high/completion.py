@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from llama_ffi import lib
+from llama_ffi.high.compat import completion_options as compat_options
 from llama_ffi.high.greedy_run import GreedyRun
 from llama_ffi.high.interrupt import sigint_stops_compute
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
@@ -283,3 +284,106 @@ def create_completion(engine, prompt_tokens: list[int], settings: GenerationSett
     text = echo_text + "".join(e.text for e in events)
     lp = _logprobs_block(events, len(echo_text), engine.tokenizer) if settings.logprobs is not None else None
     return result_dict(cid, model_name, text, outcome.finish_reason, usage(), lp, created)
+
+
+def create_alone(engine, prompts: list, n: int, settings: GenerationSettings, echo_texts: Sequence[str],
+                 model_name: str, stream: bool):
+    """A request of a Llama whose sequences run alone (speculative decoding, ``logits_all``): each
+    choice through ``create_completion`` in turn, shaped as the engine shapes a list request."""
+    from llama_ffi.high.engine.choices import choice_seed, fresh_processors  # the engine imports this module
+
+    if len(prompts) == 1 and n == 1:
+        return create_completion(engine, prompts[0], settings, stream, echo_texts[0], model_name)
+    runs = []
+    for p, prompt in enumerate(prompts):
+        for k in range(n):
+            i = p * n + k
+            sampling = dataclasses.replace(settings.sampling, seed=choice_seed(settings.sampling.seed, i))
+            runs.append((i, prompt, echo_texts[p], dataclasses.replace(
+                settings, sampling=sampling, logits_processor=fresh_processors(settings.logits_processor))))
+    n_prompt = sum(len(p) for p in prompts)
+
+    def usage(produced: int) -> dict:
+        return {"prompt_tokens": n_prompt, "completion_tokens": produced, "total_tokens": n_prompt + produced}
+
+    if not stream:
+        outs = [(i, create_completion(engine, prompt, s, False, echo, model_name)) for i, prompt, echo, s in runs]
+        first = outs[0][1]
+        choices = [{**out["choices"][0], "index": i} for i, out in outs]
+        return {**first, "choices": choices, "usage": usage(sum(o["usage"]["completion_tokens"] for _, o in outs))}
+
+    def chunks() -> Iterator[dict]:
+        produced = 0
+        for j, (i, prompt, echo, s) in enumerate(runs):
+            for chunk in create_completion(engine, prompt, s, True, echo, model_name):
+                usage_of_run = chunk.pop("usage", None)
+                if usage_of_run is not None:
+                    produced += usage_of_run["completion_tokens"]
+                    if j == len(runs) - 1:
+                        chunk["usage"] = usage(produced)
+                yield {**chunk, "choices": [{**chunk["choices"][0], "index": i}]}
+
+    return chunks()
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A completion request, validated and tokenized: what the engine (or the alone path) runs."""
+
+    prompts: list
+    n: int
+    settings: GenerationSettings
+    echo_texts: list[str]
+    model_name: str
+
+    def __iter__(self):
+        return iter((self.prompts, self.n, self.settings, self.echo_texts, self.model_name))
+
+
+def prepare(llm, prompt, *, max_tokens: int | None = 16, stop=None, echo: bool = False, logprobs: int | None = None,
+            grammar=None, logits_processor=(), stopping_criteria=(), model: str | None = None, active_loras=None,
+            control_vector=None, n: int = 1, suffix: str | None = None, sampling: dict | None = None) -> Prepared:
+    """Check everything before any decoding (a stream fails here, not at its first chunk)."""
+    from llama_ffi.high.engine.choices import check_n, prompt_list  # the engine imports this module
+    from llama_ffi.high.grammar import LlamaGrammar
+    from llama_ffi.high.infill import prompt_tokens as infill_tokens
+
+    sampling = dict(sampling or {})
+    compat_options(sampling)
+    if suffix is not None:  # fill in the middle: the prompt is the prefix
+        prompt = infill_tokens(lambda t: llm.tokenize(t, add_bos=False), llm._model.vocab_ptr, prompt, suffix,
+                               llm.context.n_batch, llm.context.n_ctx_seq, llm.spm_infill)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise TypeError("max_tokens must be an int or None")
+    if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= llm.n_vocab):
+        raise ValueError(f"logprobs must be an int in 0..n_vocab, got {logprobs!r}")
+    if grammar is not None and not isinstance(grammar, LlamaGrammar):
+        raise TypeError("grammar must be a LlamaGrammar")
+    prompts = prompt_list(prompt)  # None: one prompt
+    n = check_n(n)
+    pairs = [prompt_tokens(llm, p, echo) for p in (prompts or [prompt])]
+    for tokens, _ in pairs:
+        llm._check_fits(tokens)
+    settings = GenerationSettings(
+        max_tokens=max_tokens, stop=normalize_stop(stop), sampling=llm._sampling_params(**sampling),
+        grammar=grammar, logprobs=logprobs, logits_processor=list(logits_processor),
+        stopping_criteria=list(stopping_criteria), adapters=llm.adapters.select(active_loras, control_vector))
+    settings.sampling.validate(llm.n_vocab)
+    if grammar is not None:
+        grammar.check(llm._model)
+    return Prepared([t for t, _ in pairs], n, settings, [e for _, e in pairs], model or llm.model_path)
+
+
+def prompt_tokens(llm, prompt, echo: bool) -> tuple[list[int], str]:
+    """A prompt's tokens (BOS alone for an empty one) and, with ``echo``, its text."""
+    from llama_ffi.high.multimodal import MediaPrompt
+
+    if isinstance(prompt, MediaPrompt):
+        return prompt, ""
+    if isinstance(prompt, (str, bytes)):
+        tokens = llm.tokenize(prompt, add_bos=True, special=True)
+        echo_text = (prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else prompt) if echo else ""
+    else:
+        tokens = list(prompt)
+        echo_text = llm.detokenize(tokens).decode("utf-8", "replace") if echo else ""
+    return tokens or [llm.token_bos()], echo_text

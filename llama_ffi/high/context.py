@@ -164,6 +164,11 @@ class Context:
         return lib.llama_n_ctx(self.ptr)
 
     @property
+    def n_ctx_seq(self) -> int:
+        """Cells one sequence can hold: n_ctx with a unified KV cache, else n_ctx / n_seq_max."""
+        return lib.llama_n_ctx_seq(self.ptr)
+
+    @property
     def n_batch(self) -> int:
         return lib.llama_n_batch(self.ptr)
 
@@ -190,8 +195,8 @@ class Context:
     def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
         return bool(lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
 
-    def keep_prefix(self, cached: list[int], wanted) -> int:
-        """Cut sequence 0, which holds ``cached``, back to its common prefix with ``wanted``, but
+    def keep_prefix(self, cached: list[int], wanted, seq: int = 0) -> int:
+        """Cut sequence ``seq``, which holds ``cached``, back to its common prefix with ``wanted``, but
         always short of wanted's last token (it is decoded again: its logits). Truncates
         ``cached`` to match and returns its length (see :meth:`cut_to`)."""
         keep = 0
@@ -199,10 +204,10 @@ class Context:
             if a != b:
                 break
             keep += 1
-        return self.cut_to(cached, min(keep, len(wanted) - 1))
+        return self.cut_to(cached, min(keep, len(wanted) - 1), seq)
 
-    def cut_to(self, cached: list[int], keep: int) -> int:
-        """Cut sequence 0, which holds ``cached`` (one entry a position), back to its first ``keep``
+    def cut_to(self, cached: list[int], keep: int, seq: int = 0) -> int:
+        """Cut sequence ``seq``, which holds ``cached`` (one entry a position), back to its first ``keep``
         positions and truncate ``cached`` to match; returns how many are kept. That is ``keep``, or
         0 (everything cleared) where the memory can no longer serve the prefix: a recurrent state
         cannot be cut, and a sliding-window cache (``swa_full=False``) has already dropped cells
@@ -210,15 +215,15 @@ class Context:
         nothing there, silently."""
         if keep < len(cached):
             window = max(1, self.model.n_swa)
-            if keep > 0 and self.seq_pos_min() > max(0, keep - window):
+            if keep > 0 and self.seq_pos_min(seq) > max(0, keep - window):
                 keep = 0
-            if not self.seq_rm(0, keep, -1):
-                self.clear()
+            if not self.seq_rm(seq, keep, -1):
+                self.seq_rm(seq, -1, -1)
                 keep = 0
         del cached[keep:]
         return keep
 
-    def check_positions(self, cached: list[int]) -> None:
+    def check_positions(self, cached: list[int], seq: int = 0) -> None:
         """With ``LLAMA_FFI_CHECK_CACHE=1`` (the test suite sets it): sequence 0's highest position
         must be the last one ``cached`` accounts for, so a bookkeeping error fails loudly instead
         of answering from a wrong cache. (After a media chunk, M-RoPE models place its cells below
@@ -227,9 +232,9 @@ class Context:
             return
         if self.remote is not None:
             self.remote.check()  # after a lost RPC worker the cache means nothing: say that instead
-        highest, expected = self.seq_pos_max(0), len(cached) - 1
+        highest, expected = self.seq_pos_max(seq), len(cached) - 1
         if highest != expected and not (cached and cached[-1] < 0 and highest < expected):
-            raise CacheBookkeepingError(f"the KV cache's highest position for sequence 0 is {highest}, "
+            raise CacheBookkeepingError(f"the KV cache's highest position for sequence {seq} is {highest}, "
                                         f"but the token list accounts for positions 0..{expected}")
 
     def seq_pos_min(self, seq: int = 0) -> int:

@@ -1,6 +1,7 @@
-"""One ``Llama``'s context, shared by requests and by streams suspended between chunks.
+"""One ``Llama``'s context, shared by the engine's steps, single-sequence work, and (on a Llama whose
+requests run alone: speculative decoding, ``logits_all``) streams suspended between chunks.
 
-Requests are serialised by a lock, but a stream does not hold it while suspended: it takes it for
+Users are serialised by a lock, but a stream does not hold it while suspended: it takes it for
 each chunk only. A request that arrives while a stream is suspended *parks* it: the context's
 state (its KV cache) and the token list are copied into the stream. The
 stream's next chunk restores them, so it goes on exactly as if it had never been interrupted,
@@ -54,6 +55,9 @@ class ContextLock:
         except BaseException:
             self._lock.release()
             raise
+
+    def release(self) -> None:
+        self._lock.release()
 
     def locked(self) -> bool:
         return self._lock.locked()
@@ -133,14 +137,14 @@ class SuspendedStream:
         engine._check_open()
         if self._parked is not None:
             parked, self._parked = self._parked, None
-            engine._restore_parked(parked)
+            restore_parked(engine, parked)
         self._lease.holds_context = True
 
     def park(self) -> None:
         """Another request takes the context: keep a copy of this stream's state."""
         if self._lease.settle is not None:
             self._lease.settle()
-        self._parked = self._engine._state_for_parking()
+        self._parked = state_for_parking(self._engine)
 
     def _end(self) -> None:
         self._done = True
@@ -177,3 +181,23 @@ class SuspendedStream:
             self.close()
         except Exception:
             pass
+
+
+# A Llama whose requests run alone (speculative, logits_all) parks a suspended stream by copying:
+def state_for_parking(llm) -> tuple:
+    """What a suspended stream keeps when another request takes the context: the token list,
+    the context's state (its KV cache: llama.cpp keeps no logits in it) and the drafter's."""
+    snapshot = getattr(llm.drafter, "snapshot", None)
+    parked = (list(llm.tokens), llm.context.state_bytes(), snapshot() if snapshot else None,
+              llm.adapters.applied)
+    if not llm.tokens:  # a parallel request's slots: the next request starts from empty
+        llm.context.clear()
+    return parked
+
+
+def restore_parked(llm, parked: tuple) -> None:
+    tokens, context_state, drafter_state, selection = parked
+    llm.adapters.apply(llm.context, selection)  # the cache below was computed under it
+    llm.context.set_state_bytes(context_state)
+    llm.tokens = tokens
+    llm._resync_drafter(tokens, drafter_state)

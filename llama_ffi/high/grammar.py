@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 from llama_ffi import ffi, lib
@@ -14,10 +15,16 @@ from llama_ffi._logging import capture_errors
 log = logging.getLogger("llama_ffi")
 
 
+# File descriptor 2 belongs to the whole process: one parse redirects it at a time.
+_STDERR_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _captured_stderr_fd():
-    """llama.cpp's grammar parser reports errors with fprintf(stderr): catch them for the message."""
-    with tempfile.TemporaryFile() as tmp:
+    """llama.cpp's grammar parser reports errors with fprintf(stderr): catch them for the message.
+    Whatever reached fd 2 meanwhile (another thread's output too) is written back afterwards, so
+    nothing printed to stderr goes missing."""
+    with _STDERR_LOCK, tempfile.TemporaryFile() as tmp:
         saved = os.dup(2)
         os.dup2(tmp.fileno(), 2)
         out: list[str] = []
@@ -27,7 +34,10 @@ def _captured_stderr_fd():
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
-            out.append(tmp.read().decode("utf-8", "replace"))
+            captured = tmp.read()
+            if captured:
+                os.write(2, captured)
+            out.append(captured.decode("utf-8", "replace"))
 
 
 class LlamaGrammar:
@@ -39,6 +49,7 @@ class LlamaGrammar:
             raise ValueError("grammar text must be a non-empty string")
         self.text = text
         self.root = root
+        self._parsed: set[int] = set()  # vocabularies it parsed against
 
     @classmethod
     def from_string(cls, grammar: str, verbose: bool = True, root: str = "root") -> "LlamaGrammar":
@@ -62,12 +73,19 @@ class LlamaGrammar:
         return cls.from_string(schema_to_gbnf(schema), verbose)
 
     def sampler(self, vocab):
-        """A new grammar sampler (owned by whoever adds it to a chain); ValueError if invalid."""
+        """A new grammar sampler (owned by whoever adds it to a chain); ValueError if invalid. Only
+        the first parse for a vocabulary watches stderr; a grammar that parsed once parses again."""
+        key = int(ffi.cast("uintptr_t", vocab))
+        if key in self._parsed:
+            smpl = lib.llama_sampler_init_grammar(vocab, self.text.encode(), self.root.encode())
+            if smpl != ffi.NULL:
+                return smpl
         with capture_errors() as logged, _captured_stderr_fd() as printed:
             smpl = lib.llama_sampler_init_grammar(vocab, self.text.encode(), self.root.encode())
         if smpl == ffi.NULL:
             message = " ".join((printed[0] + " " + "".join(logged)).split())
             raise ValueError(f"invalid grammar: {message or 'llama.cpp rejected it'}")
+        self._parsed.add(key)
         return smpl
 
     def check(self, model) -> None:

@@ -15,11 +15,13 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import enable_verbose_logging
-from llama_ffi.high import adapters, compat, completion, embedding, hub, infill, multimodal, parallel, state
+from llama_ffi.high import adapters, compat, completion, embedding, hub, multimodal, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
 from llama_ffi.high.context_lock import ContextLock
+from llama_ffi.high.engine import Counters, Engine, default_slots, results
+from llama_ffi.high.engine.slots import Slot
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
@@ -106,14 +108,14 @@ class Llama:
         self.spm_infill = legacy_options.get("spm_infill", False)  # suffix= puts the suffix first
         self._logits_all = flag("logits_all", logits_all)
         self.last_n_tokens_size = integer("last_n_tokens_size", last_n_tokens_size, -1)
-        _init_numa(numa)
+        compat.init_numa(numa)
         if speculative is not None and not isinstance(speculative, SpecConfig):
             raise TypeError("speculative must be a SpecConfig")
         if verbose:
             enable_verbose_logging()
         self.set_seed(seed)
         if n_seq_max is None and not embeddings:  # slots for many sequences at once (parallel)
-            n_seq_max, kv_unified = parallel.default_slots(n_batch), True if kv_unified is None else kv_unified
+            n_seq_max, kv_unified = default_slots(n_batch), True if kv_unified is None else kv_unified
         cparams = ContextParams(
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
             n_threads_batch=n_threads_batch, rope_scaling_type=rope_scaling_type,
@@ -149,7 +151,9 @@ class Llama:
         # hidden states (MTP); None otherwise, so the per-token path pays one check.
         self._on_decoded = None
         self.last_speculative_stats: SpeculativeStats | None = None
-        self.last_parallel_stats: parallel.ParallelStats | None = None
+        self.counters = Counters()
+        self.engine: Engine | None = None  # None: every request runs alone (see _runs_alone)
+        self._alone_slot = Slot(0)
         if not vocab_only:
             try:
                 self._context = Context(self._model, cparams)
@@ -170,12 +174,12 @@ class Llama:
                     [{"name": Path(lora_path).stem, "scale": lora_scale}], None)
             self.context_params.n_ctx = self._context.n_ctx  # 0 meant "the model's": say which
             self._on_decoded = getattr(self.drafter, "observe", None)
-        # Serialises requests; a stream holds it per chunk only (see context_lock).
+        # Steps of the engine and single-sequence work take turns on it (see context_lock).
         self.lock = ContextLock(self)
-        self.tokens: list[int] = []          # what the KV cache of sequence 0 holds
-        self.media_spans: list[tuple[int, int, str]] = []  # (start, positions, media id) in it
+        if self._context is not None and self.drafter is None and not self._logits_all:
+            self.engine = Engine(self._context, self._batch, self.tokenizer, self.adapters, self.lock,
+                                        self.counters)
         self._score_rows: np.ndarray | None = None  # logits_all: the logits of every cached position
-        self.n_evaluated = 0                 # tokens decoded so far (prefix reuse shows here)
         self._one = ffi.new("llama_token[1]")
         # A one-token batch over _one, built once: eval_token only rewrites the token.
         self._one_batch = lib.llama_batch_get_one(self._one, 1)
@@ -192,8 +196,11 @@ class Llama:
 
     # ---- ownership -------------------------------------------------------------------------------
     def close(self) -> None:
+        """Free the model and its context, after the requests in flight end (streams end at once)."""
         if self._closed:
             return
+        if self.engine is not None:
+            self.engine.close()
         self._closed = True
         if self.drafter is not None:
             self.drafter.close()
@@ -231,7 +238,8 @@ class Llama:
     # n_ctx, n_vocab, n_embd: ints that can be called too (llama-cpp-python's methods)
     @property
     def n_ctx(self) -> compat.CallableInt:
-        return compat.CallableInt(self.context.n_ctx)
+        """Cells one request can fill: n_ctx, or its share of it with kv_unified=False."""
+        return compat.CallableInt(self.context.n_ctx_seq)
 
     @property
     def n_vocab(self) -> compat.CallableInt:
@@ -302,14 +310,60 @@ class Llama:
         return self.tokenizer.detokenize(list(prev_tokens) + list(tokens), special)[len(head):]
 
     # ---- evaluation ----------------------------------------------------------------------------------
+    # ---- the main sequence (llama-cpp-python's single-sequence attributes) ----------------------------
+    @property
+    def _main(self) -> Slot:
+        return self.engine.slots.main if self.engine is not None else self._alone_slot
+
+    @property
+    def main_seq(self) -> int:
+        """The sequence of the main slot: the latest request's (0 while requests run alone)."""
+        return self._main.seq
+
+    @property
+    def tokens(self) -> list[int]:
+        """What the main slot's KV cache holds (MEDIA_POSITION where media fill it)."""
+        return self._main.tokens
+
+    @tokens.setter
+    def tokens(self, value: list[int]) -> None:
+        self._main.tokens = value
+
+    @property
+    def media_spans(self) -> list[tuple[int, int, str]]:
+        """(start, positions, media id) of the media in the main slot."""
+        return self._main.media_spans
+
+    @media_spans.setter
+    def media_spans(self, value) -> None:
+        self._main.media_spans = value
+
+    @property
+    def n_evaluated(self) -> int:
+        """Tokens decoded so far, by every request (prefix reuse shows here)."""
+        return self.counters.evaluated
+
+    @n_evaluated.setter
+    def n_evaluated(self, value: int) -> None:
+        self.counters.evaluated = value
+
+    def single(self, idle: bool = False):
+        """``with llm.single():`` the main slot for single-sequence work, between the engine's steps
+        (``idle``: once no request runs)."""
+        return self.lock if self.engine is None else self.engine.exclusive(idle=idle)
+
     def reset(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
-        with self.lock:
-            self.context.clear()
-            self.tokens = []
+        with self.single():
+            if self.engine is None:
+                self.context.clear()
+                self.tokens = []
+            else:
+                for slot in self.engine.slots.idle():
+                    self.engine.slots.forget(slot)
 
     def _resync_after_abort(self) -> None:
-        kept = self.context.seq_pos_max(0) + 1
+        kept = self.context.seq_pos_max(self._main.seq) + 1
         del self.tokens[max(kept, 0):]
 
     def _decode(self, tokens: Sequence[int], start: int, logits: str = "last") -> None:
@@ -320,7 +374,7 @@ class Llama:
         for i in range(0, len(tokens), step):
             part = tokens[i:i + step]
             try:
-                ctx.decode(batch.fill(part, start + i, logits=logits).c)
+                ctx.decode(batch.fill(part, start + i, self._main.seq, logits).c)
             except KeyboardInterrupt:
                 self._resync_after_abort()
                 raise
@@ -334,40 +388,24 @@ class Llama:
     def _check_fits(self, tokens: Sequence[int], cached: int = 0) -> None:
         """Tokens inside the vocabulary that, after ``cached`` ones, fit in the context."""
         self.tokenizer.check_tokens(tokens)
-        n_ctx = self.context.n_ctx
+        n_ctx = self.context.n_ctx_seq
         if cached + len(tokens) > n_ctx:
             what = f"{cached} cached + {len(tokens)} new tokens" if cached else f"prompt has {len(tokens)} tokens"
             raise ValueError(f"{what} but the context holds only {n_ctx} (n_ctx={n_ctx})")
 
     def eval_prompt(self, prompt: Sequence[int]) -> None:
-        """Make the KV cache hold exactly ``prompt``, evaluating only what is not cached."""
-        self.context.check_positions(self.tokens)  # as the previous request left it
+        """Make the main slot's cache hold exactly ``prompt``, evaluating only what is not cached."""
+        main = self._main
+        self.context.check_positions(main.tokens, main.seq)  # as the previous request left it
         if isinstance(prompt, multimodal.MediaPrompt):
-            multimodal.evaluate(self, prompt)
+            multimodal.evaluate(self.context, main, prompt, self._decode, self.counters)
         elif not prompt:
             raise ValueError("prompt is empty")
         else:
             self._check_fits(prompt)
-            keep = self.context.keep_prefix(self.tokens, prompt)
+            keep = self.context.keep_prefix(main.tokens, prompt, main.seq)
             self._decode(list(prompt[keep:]), keep)
-        self.context.check_positions(self.tokens)
-
-    def _state_for_parking(self) -> tuple:
-        """What a suspended stream keeps when another request takes the context: the token list,
-        the context's state (its KV cache: llama.cpp keeps no logits in it) and the drafter's."""
-        snapshot = getattr(self.drafter, "snapshot", None)
-        parked = (list(self.tokens), self.context.state_bytes(), snapshot() if snapshot else None,
-                  self.adapters.applied)
-        if not self.tokens:  # a parallel request's slots: the next request starts from empty
-            self.context.clear()
-        return parked
-
-    def _restore_parked(self, parked: tuple) -> None:
-        tokens, context_state, drafter_state, selection = parked
-        self.adapters.apply(self.context, selection)  # the cache below was computed under it
-        self.context.set_state_bytes(context_state)
-        self.tokens = tokens
-        self._resync_drafter(tokens, drafter_state)
+        self.context.check_positions(main.tokens, main.seq)
 
     def _resync_drafter(self, tokens: list[int], snapshot=None) -> None:
         """After the target's cache was replaced: a drafter that mirrors it position by position
@@ -382,11 +420,10 @@ class Llama:
         vocab = self._model.vocab_ptr
         tokens = [t for t in (lib.llama_vocab_bos(vocab), lib.llama_vocab_eos(vocab))
                   if t != lib.LLAMA_TOKEN_NULL] or [0]
-        with self.lock:
+        with self.single(idle=True):
             evaluated = self.n_evaluated
             self._decode(tokens, 0)
-            self.context.clear()
-            self.tokens = []
+            self._forget_all()
             self.n_evaluated = evaluated
             self._resync_drafter([])
 
@@ -394,6 +431,9 @@ class Llama:
         """Append one token to the sequence (the generation fast path: called per token, so it
         goes straight to llama_decode and leaves error handling to Context.decode). Returns the
         output index of the new logits (-1: the last), as the speculative stepper does."""
+        if self.engine is not None and self._main.seq != 0:  # the one-token batch is sequence 0's
+            self._decode([token], len(self.tokens))
+            return -1
         self._one[0] = token
         rc = lib.llama_ffi_decode(self._context._ptr, self._one_batch)
         if self._context.remote is not None:
@@ -419,7 +459,7 @@ class Llama:
     def truncate(self, n: int) -> None:
         """Keep only the first ``n`` cached tokens."""
         if n < len(self.tokens):
-            if not self.context.seq_rm(0, n, -1):
+            if not self.context.seq_rm(self._main.seq, n, -1):
                 raise RuntimeError(f"llama.cpp could not cut the KV cache at {n}")
             del self.tokens[n:]
 
@@ -436,7 +476,7 @@ class Llama:
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``)."""
-        with self.lock:
+        with self.single():
             tokens = list(tokens)
             self._check_fits(tokens, cached=len(self.tokens))
             self._decode(tokens, len(self.tokens))
@@ -450,7 +490,7 @@ class Llama:
         """Sample one token with a fresh sampler chain from the logits of the last evaluated
         token (``idx``: of that cached position, with ``logits_all=True``)."""
         compat.completion_options(sampling)
-        with self.lock:
+        with self.single():
             params = self._sampling_params(**sampling)
             chain = SamplerChain(params, self._model.vocab_ptr, self.n_vocab, self.n_ctx, grammar)
             try:
@@ -480,6 +520,8 @@ class Llama:
             stopping_criteria=_as_list(stopping_criteria),
             adapters=self.adapters.select(active_loras, control_vector))
         tokens = list(tokens)
+        if self.engine is not None:
+            return results.tokens(results.Call(self, [tokens], 1, settings, [""], self.model_path, streamed=True))
 
         def work(lease) -> Iterator[int]:
             for event in completion.generate_events(self, tokens, settings, completion.Outcome(), lease):
@@ -490,18 +532,7 @@ class Llama:
 
     # ---- completion ------------------------------------------------------------------------------------
     def _sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
-        kw.setdefault("penalty_last_n", self.last_n_tokens_size)
-        mirostat = kw.pop("mirostat", None)
-        if mirostat is not None:
-            kw["mirostat_mode"] = mirostat
-        temp = kw.pop("temp", None)
-        if temp is not None:
-            kw["temperature"] = temp
-        names = SamplingParams.__dataclass_fields__
-        unknown = sorted(set(kw) - set(names))
-        if unknown:
-            raise TypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
-        return SamplingParams(seed=self.seed if seed is None else compat.seed_value(seed), **kw)
+        return compat.sampling_params(self.seed, self.last_n_tokens_size, seed, **kw)
 
     def create_completion(
         self,
@@ -523,49 +554,31 @@ class Llama:
         **sampling,
     ):
         """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``.
-        ``model`` names the model in the result (default: its path). A list of prompts, or
-        ``n`` > 1, decodes all choices together (``llama_ffi.high.parallel``)."""
+        ``model`` names the model in the result (default: its path). A list of prompts, or ``n`` >
+        1, decodes all choices together; so do calls from several threads (``llama_ffi.high.engine``)."""
         self._check_open()
-        compat.completion_options(sampling)
-        if suffix is not None:  # fill in the middle: the prompt is the prefix
-            prompt = infill.prompt_tokens(lambda t: self.tokenize(t, add_bos=False), self._model.vocab_ptr, prompt,
-                                          suffix, self.context.n_batch, self.context.n_ctx, self.spm_infill)
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-            raise TypeError("max_tokens must be an int or None")
-        if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= self.n_vocab):
-            raise ValueError(f"logprobs must be an int in 0..n_vocab, got {logprobs!r}")
-        if grammar is not None and not isinstance(grammar, LlamaGrammar):
-            raise TypeError("grammar must be a LlamaGrammar")
-        prompts = parallel.prompt_list(prompt)  # None: one prompt
-        n = parallel.check_n(n)
-        pairs = [self._prompt_tokens(p, echo) for p in (prompts or [prompt])]
-        for tokens, _ in pairs:
-            self._check_fits(tokens)  # now, not at the first chunk of a stream
-        settings = completion.GenerationSettings(
-            max_tokens=max_tokens, stop=completion.normalize_stop(stop),
-            sampling=self._sampling_params(**sampling), grammar=grammar, logprobs=logprobs,
+        request = completion.prepare(
+            self, prompt, max_tokens=max_tokens, stop=stop, echo=echo, logprobs=logprobs, grammar=grammar,
             logits_processor=_as_list(logits_processor), stopping_criteria=_as_list(stopping_criteria),
-            adapters=self.adapters.select(active_loras, control_vector))
-        settings.sampling.validate(self.n_vocab)
-        if grammar is not None:
-            grammar.check(self._model)
-        if prompts is None and n == 1:
-            tokens, echo_text = pairs[0]
-            return completion.create_completion(self, tokens, settings, stream, echo_text, model or self.model_path)
-        return parallel.create_completion(self, [t for t, _ in pairs], n, settings, stream,
-                                          [e for _, e in pairs], model or self.model_path)
+            model=model, active_loras=active_loras, control_vector=control_vector, n=n, suffix=suffix,
+            sampling=sampling)
+        if self.engine is None:  # speculative, or logits_all: one sequence at a time
+            return completion.create_alone(self, *request, stream=stream)
+        return results.completion(results.Call(self, *request, streamed=stream))
 
-    def _prompt_tokens(self, prompt, echo: bool) -> tuple[list[int], str]:
-        """A prompt's tokens (BOS alone for an empty one) and, with ``echo``, its text."""
-        if isinstance(prompt, multimodal.MediaPrompt):
-            return prompt, ""
-        if isinstance(prompt, (str, bytes)):
-            tokens = self.tokenize(prompt, add_bos=True, special=True)
-            echo_text = (prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else prompt) if echo else ""
-        else:
-            tokens = list(prompt)
-            echo_text = self.detokenize(tokens).decode("utf-8", "replace") if echo else ""
-        return tokens or [self.token_bos()], echo_text
+    async def acreate_completion(self, prompt, *, stream: bool = False, **kwargs):
+        """``create_completion`` for asyncio: awaits the dict, or with ``stream=True`` returns an
+        async iterator of chunks; the event loop is never blocked, and cancelling the task frees its
+        slot at the next step."""
+        if self.engine is None:
+            return await results.in_thread(self.create_completion, prompt, stream=stream, **kwargs)
+        self._check_open()
+        for name in ("logits_processor", "stopping_criteria"):
+            kwargs[name] = _as_list(kwargs.get(name))
+        known = set(completion.prepare.__kwdefaults__)
+        request = completion.prepare(self, prompt, **{k: v for k, v in kwargs.items() if k in known},
+                                     sampling={k: v for k, v in kwargs.items() if k not in known})
+        return await results.acompletion(results.Call(self, *request, streamed=stream, in_asyncio=True))
 
     __call__ = create_completion
 
@@ -575,13 +588,22 @@ class Llama:
         own template (``chat_template_name`` picks a named one), else ChatML."""
         from llama_ffi.high.chat.completion import create_chat_completion
 
+        return create_chat_completion(self, messages, **self._chat_options(kwargs))
+
+    async def acreate_chat_completion(self, messages, **kwargs):
+        """``create_chat_completion`` for asyncio (see ``acreate_completion``)."""
+        from llama_ffi.high.chat.completion import acreate_chat_completion
+
+        return await acreate_chat_completion(self, messages, **self._chat_options(kwargs))
+
+    def _chat_options(self, kwargs: dict) -> dict:
         self._check_open()
         compat.chat_options(kwargs)
         if self.chat_handler is not None:
             kwargs.setdefault("chat_handler", self.chat_handler)
         if self.chat_format is not None:
             kwargs.setdefault("chat_format", self.chat_format)
-        return create_chat_completion(self, messages, **kwargs)
+        return kwargs
 
     # ---- embeddings and reranking (llama_ffi.high.embedding) ------------------------------------
     # llama-cpp-python's Llama.embed does not normalise unless asked; LlamaEmbedding does.
@@ -631,7 +653,16 @@ class Llama:
         self.seed = compat.checked_seed(seed)
 
     def set_cache(self, cache) -> None:
-        compat.check_cache(cache)
+        """Keep what slots lose in ``cache`` (``LlamaRAMCache`` / ``LlamaDiskCache``; None: no cache)."""
+        from llama_ffi.high.engine.prompt_cache import LlamaCache
+
+        if cache is not None and not isinstance(cache, LlamaCache):
+            raise TypeError("set_cache takes a LlamaRAMCache, a LlamaDiskCache or None")
+        if self.engine is None:
+            compat.check_cache(cache)
+            return
+        with self.single():
+            self.engine.slots.cache = cache
 
     # ---- adapters (llama_ffi.high.adapters; the JamePeng fork's API) --------------------------------
     def load_lora(self, name: str, path: str | os.PathLike) -> None:
@@ -641,8 +672,12 @@ class Llama:
 
     def unload_lora(self, name: str) -> None:
         """Free an adapter. An unfinished request or stream using it makes this an error."""
-        with self.lock:
-            if self.adapters.unload(name, self.context):
+        with self.single():
+            if self.engine is not None:  # caches computed under it are forgotten with it
+                for slot in self.engine.slots.idle():
+                    if slot.selection is not None and any(a.name == name for a, _ in slot.selection.loras):
+                        self.engine.slots.forget(slot)
+            if self.adapters.unload(name, self.context) and self.engine is None:
                 self._drop_cache()
 
     @property
@@ -656,42 +691,17 @@ class Llama:
             self._drop_cache()
 
     def _drop_cache(self) -> None:
-        self.context.clear()
-        self.tokens = []
+        self._forget_all()
         self._resync_drafter([])
 
-_numa_started = False
-
-
-def _init_numa(numa: bool | int) -> None:
-    """llama-cpp-python's ``numa``: True (distribute) or a ggml_numa_strategy; once per process."""
-    global _numa_started
-    strategy = (lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa else lib.GGML_NUMA_STRATEGY_DISABLED) \
-        if isinstance(numa, bool) else integer("numa", numa, 0, lib.GGML_NUMA_STRATEGY_COUNT - 1)
-    if strategy != lib.GGML_NUMA_STRATEGY_DISABLED and not _numa_started:
-        lib.llama_numa_init(strategy)
-        _numa_started = True
-
+    def _forget_all(self) -> None:
+        if self.engine is not None:
+            self.engine.slots.forget_all()
+        else:
+            self.context.clear()
+            self.tokens = []
 
 def _as_list(x) -> list:
     if x is None:
         return []
     return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-class LlamaEmbedding(Llama):
-    """A ``Llama`` set up for embeddings and reranking: embeddings on, the model's own context
-    length, big batches of many sequences (unified KV) so inputs are packed per decode, vectors
-    L2-normalised unless told otherwise."""
-
-    DEFAULT_NORMALIZE = 2
-
-    def __init__(self, model_path: str | os.PathLike, *, n_ctx: int | None = 0,
-                 n_batch: int | None = 2048, n_ubatch: int | None = 2048, n_seq_max: int | None = None,
-                 pooling_type: int | None = None, **kwargs) -> None:
-        kwargs.setdefault("progress", False)
-        if n_seq_max is None:  # many sequences per decode, but never more than n_batch
-            n_seq_max = min(64, n_batch) if isinstance(n_batch, int) and not isinstance(n_batch, bool) else 64
-        super().__init__(model_path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
-                         n_seq_max=n_seq_max, pooling_type=pooling_type, embeddings=True,
-                         kv_unified=True, **kwargs)

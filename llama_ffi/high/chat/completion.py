@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from llama_ffi import ffi, lib
 from llama_ffi.high.chat import tools as tool_calls
@@ -94,7 +94,7 @@ def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None, 
             "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
 
-def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None,
+def plan_chat(llm, messages, *, chat_handler=None, chat_format=None,
                            chat_template_name=None, extra_template_arguments=None,
                            response_format=None, stream: bool = False, max_tokens: int | None = None,
                            assistant_prefill: bool = False, tools=None, tool_choice=None,
@@ -143,36 +143,83 @@ def create_chat_completion(llm, messages, *, chat_handler=None, chat_format=None
     else:
         tokens = llm.tokenize(prompt, add_bos=add_bos, special=True)
     parse_calls = tool_plan.mode != "none" or reasoning_budget is not None or started
-    result = llm.create_completion(tokens, max_tokens=max_tokens, stream=stream and not parse_calls,
-                                   **completion_kwargs)
-    cid, created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
-    if parse_calls and stream:  # calls are known only at the end: generate, then stream the messages
-        return (chunk for choice in result["choices"]
-                for chunk in _message_chunks(cid, created, llm.model_path, _message(choice, tool_plan, think),
-                                             choice["index"]))
-    if not stream:
-        choices = []
-        for choice in result["choices"]:  # n > 1: one message per choice
-            message, finish = _message(choice, tool_plan, think)
-            choices.append({"index": choice["index"], "message": message,
-                            "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": finish})
-        return {"id": cid, "object": "chat.completion", "created": created, "model": result["model"],
-                "choices": choices, "usage": result["usage"]}
+    return ChatPlan(tokens, dict(completion_kwargs, max_tokens=max_tokens, stream=stream and not parse_calls),
+                    stream, parse_calls, tool_plan, think, llm.model_path)
 
-    def chunks() -> Iterator[dict]:
-        model, started_choices = llm.model_path, set()
-        for c in result:
-            choice = c["choices"][0]
-            index = choice["index"]
-            if index not in started_choices:
-                started_choices.add(index)
-                yield _chunk(cid, created, model, {"role": "assistant"}, None, index)
-            if choice["text"]:
-                yield _chunk(cid, created, model, {"content": choice["text"]}, None, index)
-            if choice["finish_reason"] is not None:
-                yield _chunk(cid, created, model, {}, choice["finish_reason"], index)
 
-    return chunks()
+class ChatPlan:
+    """A chat request as a completion request (``tokens``, ``completion_kwargs``), and how its
+    result becomes ``chat.completion`` shapes (``finish``, or ``afinish`` for asyncio)."""
+
+    def __init__(self, tokens, completion_kwargs: dict, stream: bool, parse_calls: bool, tool_plan, think,
+                 model: str) -> None:
+        self.tokens, self.completion_kwargs = tokens, completion_kwargs
+        self.stream, self.parse_calls, self.tool_plan, self.think = stream, parse_calls, tool_plan, think
+        self.model = model
+        self.cid, self.created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
+
+    def finish(self, result):
+        cid, created, tool_plan, think, stream = self.cid, self.created, self.tool_plan, self.think, self.stream
+        if self.parse_calls and stream:  # calls are known only at the end: generate, then stream the messages
+            return (chunk for choice in result["choices"]
+                    for chunk in _message_chunks(cid, created, self.model, _message(choice, tool_plan, think),
+                                                 choice["index"]))
+        if not stream:
+            choices = []
+            for choice in result["choices"]:  # n > 1: one message per choice
+                message, finish = _message(choice, tool_plan, think)
+                choices.append({"index": choice["index"], "message": message,
+                                "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": finish})
+            return {"id": cid, "object": "chat.completion", "created": created, "model": result["model"],
+                    "choices": choices, "usage": result["usage"]}
+
+        def chunks() -> Iterator[dict]:
+            started: set[int] = set()
+            for c in result:
+                yield from self._deltas(c, started)
+
+        return chunks()
+
+    async def afinish(self, result):
+        """``finish`` for an awaited completion: a dict, or an async iterator of chunks."""
+        if self.stream and not self.parse_calls:
+            return self._adeltas(result)
+        out = self.finish(result)
+        return _async_iter(out) if self.stream else out
+
+    async def _adeltas(self, result) -> AsyncIterator[dict]:
+        started: set[int] = set()
+        async for c in result:
+            for chunk in self._deltas(c, started):
+                yield chunk
+
+    def _deltas(self, completion_chunk: dict, started: set[int]) -> list[dict]:
+        """The chat chunks of one completion chunk (the first of each choice says its role)."""
+        choice = completion_chunk["choices"][0]
+        index, out = choice["index"], []
+        if index not in started:
+            started.add(index)
+            out.append(_chunk(self.cid, self.created, self.model, {"role": "assistant"}, None, index))
+        if choice["text"]:
+            out.append(_chunk(self.cid, self.created, self.model, {"content": choice["text"]}, None, index))
+        if choice["finish_reason"] is not None:
+            out.append(_chunk(self.cid, self.created, self.model, {}, choice["finish_reason"], index))
+        return out
+
+
+async def _async_iter(items) -> AsyncIterator[dict]:
+    for item in items:
+        yield item
+
+
+def create_chat_completion(llm, messages, **kwargs):
+    plan = plan_chat(llm, messages, **kwargs)
+    return plan.finish(llm.create_completion(plan.tokens, **plan.completion_kwargs))
+
+
+async def acreate_chat_completion(llm, messages, **kwargs):
+    plan = plan_chat(llm, messages, **kwargs)
+    return await plan.afinish(await llm.acreate_completion(plan.tokens, **plan.completion_kwargs))
 
 
 def _message(choice: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dict, str]:

@@ -8,6 +8,7 @@ the end tag, one token at a time, after which it does nothing.
 
 from __future__ import annotations
 
+import copy
 import enum
 
 import numpy as np
@@ -39,6 +40,10 @@ class ReasoningBudget:
         self.seen = None       # history length at the first call: the prompt
         self.count = 0         # tokens inside the block
         self.forced = 0
+
+    def for_choice(self) -> "ReasoningBudget":
+        """A fresh budget for one choice of a request: each of ``n`` choices thinks on its own."""
+        return copy.copy(self)
 
     def _observe(self, ids: np.ndarray) -> None:
         if self.seen is None:

@@ -108,42 +108,43 @@ def _bitmap(mtmd: MtmdContext, item: Media, index: int):
     return wrapped.bitmap
 
 
-def evaluate(engine, prompt: MediaPrompt) -> None:
-    """Make sequence 0 of the engine's context hold ``prompt``, with logits for its last position.
-    What the cache already holds is kept chunk by chunk: text token by token, media when the same
-    content (its id) sits at the same position, so a later turn about the same image encodes
-    nothing again. The engine's token list then holds the prompt's cells."""
-    ctx, mtmd = engine.context, prompt.mtmd
-    keep = ctx.cut_to(engine.tokens, _cached_prefix(engine, prompt))
-    spans = [s for s in engine.media_spans if s[0] + s[1] <= keep]
+def evaluate(ctx, slot, prompt: MediaPrompt, decode_text, counters) -> None:
+    """Make ``slot``'s sequence hold ``prompt``, with logits for its last position. What the cache
+    already holds is kept chunk by chunk: text token by token, media when the same content (its
+    id) sits at the same position, so a later turn about the same image encodes nothing again.
+    ``decode_text(tokens, start)`` decodes text into the slot (appending to ``slot.tokens``); the
+    slot's token list then holds the prompt's cells."""
+    mtmd = prompt.mtmd
+    keep = ctx.cut_to(slot.tokens, cached_prefix(slot.tokens, slot.media_spans, prompt), slot.seq)
+    slot.media_spans = [s for s in slot.media_spans if s[0] + s[1] <= keep]
     last = len(prompt.pieces) - 1
     for i, piece in enumerate(prompt.pieces):
         if piece.end <= keep:
             continue
         if piece.tokens is not None:
-            engine._decode(piece.tokens[max(keep - piece.start, 0):], max(keep, piece.start))
+            decode_text(piece.tokens[max(keep - piece.start, 0):], max(keep, piece.start))
             continue
         n_past = ffi.new("llama_pos *")
         with capture_errors() as errors:
-            rc = lib.mtmd_helper_eval_chunk_single(mtmd.ptr, ctx.ptr, piece.chunk, piece.start, 0, ctx.n_batch,
-                                                   i == last, n_past)
+            rc = lib.mtmd_helper_eval_chunk_single(mtmd.ptr, ctx.ptr, piece.chunk, piece.start, slot.seq,
+                                                   ctx.n_batch, i == last, n_past)
         if rc != 0:
-            ctx.clear()
-            engine.tokens = []
+            lib.llama_memory_seq_rm(ctx.memory, slot.seq, -1, -1)
+            slot.tokens, slot.media_spans = [], []
             raise RuntimeError(f"mtmd could not evaluate media chunk {i} (code {rc}): "
                                f"{reason(errors, 'see the llama_ffi logger')}")
         mtmd.media_encoded += 1
-        engine.tokens += prompt.cells[piece.start:piece.end]
-        engine.n_evaluated += piece.end - piece.start
-        spans.append((piece.start, piece.end - piece.start, piece.media_id))
-    engine.media_spans = spans
+        slot.tokens += prompt.cells[piece.start:piece.end]
+        counters.evaluated += piece.end - piece.start
+        slot.media_spans.append((piece.start, piece.end - piece.start, piece.media_id))
 
 
-def _cached_prefix(engine, prompt: MediaPrompt) -> int:
-    """How many leading positions of ``prompt`` the cache holds already, short of the last one
-    (re-evaluated for its logits; a prompt ending in media keeps nothing of that media)."""
-    cached, keep = engine.tokens, 0
-    media_at = {start: (n, media_id) for start, n, media_id in engine.media_spans}
+def cached_prefix(cached: list[int], media_spans, prompt: MediaPrompt) -> int:
+    """How many leading positions of ``prompt`` a cache holding ``cached`` (with ``media_spans``)
+    serves already, short of the last one (re-evaluated for its logits; a prompt ending in media
+    keeps nothing of that media)."""
+    keep = 0
+    media_at = {start: (n, media_id) for start, n, media_id in media_spans}
     for piece in prompt.pieces:
         if piece.tokens is not None:
             same = 0

@@ -15,89 +15,16 @@ printed next to them. ``llama-bench`` comes from ``python -m tools.native_build 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import resource
-import shutil
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-N_PROMPT, N_GEN = 256, 128
-PROMPT_SIZES = (256, 512)  # the prompt table: llama-bench's pp256 and pp512
-
-
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    return resource.getrusage(who).ru_maxrss / 1024.0
-
-
-def find_llama_bench(explicit: str | None) -> Path | None:
-    candidates = [explicit, os.environ.get("LLAMA_BENCH"),
-                  "build/llama.cpp-reference/bin/llama-bench", shutil.which("llama-bench")]
-    for c in candidates:
-        if c and Path(c).is_file():
-            return Path(c)
-    return None
-
-
-def native_test(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int, *extra: str) -> float:
-    """Tokens/s of one llama-bench test (``-p n_prompt -n n_gen``, one repeat)."""
-    cmd = [str(binary), "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
-           "-r", "1", "-o", "json", *extra]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)[0]["avg_ts"]
-
-
-def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT, **options) -> tuple[float, float, float]:
-    """(load seconds, cold prompt tokens/s, warm prompt tokens/s) for a prompt of ``n_prompt``
-    tokens. Cold is a fresh context's first decode, what a user's first prompt costs (the
-    weights' pages are touched for the first time, the compute buffers first used); warm is the
-    same prompt again after clearing the cache, which is what llama-bench times after its warm-up."""
-    from llama_ffi.high import Llama
-
-    # One context per test, sized as llama-bench sizes its own (n_prompt, resp. n_gen): the
-    # attention work per token grows with the cache, so equal sizes compare equal work.
-    t0 = time.perf_counter()
-    with Llama(model, n_ctx=n_prompt, n_threads=threads, n_threads_batch=threads, progress=False,
-               **options) as llm:
-        load = time.perf_counter() - t0
-        prompt = [(i * 7919) % llm.n_vocab for i in range(n_prompt)]
-        t0 = time.perf_counter()
-        llm.eval(prompt)
-        cold = n_prompt / (time.perf_counter() - t0)
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(prompt)
-        return load, cold, n_prompt / (time.perf_counter() - t0)
-
-
-def ffi_generation_test(model: str, threads: int, **options) -> tuple[float, float]:
-    """(tokens/s, overhead ms/token) of N_GEN greedy tokens with end-of-generation banned."""
-    from llama_ffi import lib
-    from llama_ffi.high import Llama
-
-    with Llama(model, n_ctx=N_GEN, n_threads=threads, n_threads_batch=threads, progress=False,
-               **options) as llm:
-        eog = [t for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)]
-        bos = [llm.token_bos()]
-        for _ in llm.generate(bos, temperature=0.0, max_tokens=2):  # warm-up, as llama-bench does
-            pass
-        llm.reset()
-        in_decode = lib.llama_ffi_decode_seconds()
-        t0 = time.perf_counter()
-        n = sum(1 for _ in llm.generate(bos, temperature=0.0, max_tokens=N_GEN,
-                                        logit_bias={t: -float("inf") for t in eog}))
-        wall = time.perf_counter() - t0
-        in_decode = lib.llama_ffi_decode_seconds() - in_decode  # summed inside llama_decode
-        return n / wall, (wall - in_decode) * 1e3 / n
-
+from llama_ffi.bench.common import (N_GEN, N_PROMPT, PROMPT_SIZES, _median, _peak_rss_mb, ffi_generation_test,
+                                    ffi_prompt_test, find_llama_bench, native_test)
 
 def bench_generation(model: str, threads: int, repeats: int, binary: Path | None) -> tuple[dict, dict | None]:
     """llama-ffi's row and llama-bench's (None without the binary). Each test runs right after
@@ -429,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image", help="the image for --mmproj (default: llama.cpp's tools/mtmd/test-1.jpeg)")
     ap.add_argument("--parallel", action="store_true", help="add the parallel table: 1-16 sequences "
                     "decoded together against llama-batched-bench")
+    ap.add_argument("--concurrent", action="store_true", help="add the concurrent table: 1-16 callers on "
+                    "threads against llama-batched-bench and llama-server -np N with N HTTP clients")
     ap.add_argument("--rpc", action="store_true", help="add the RPC table: two local llama-ffi rpc-server "
                     "workers against local decoding (and llama-bench --rpc through the same workers)")
     ap.add_argument("-s", "--speculative", action="store_true", help="add the speculative decoding "
@@ -461,15 +390,25 @@ def main(argv: list[str] | None = None) -> int:
                   "(python -m tools.native_build --reference)", file=sys.stderr)
         print(speculative_table(rows))
     if args.mmproj:
-        from llama_ffi import bench_mtmd
+        from llama_ffi.bench import mtmd as bench_mtmd
 
         image = args.image or str(Path("vendor/llama.cpp/tools/mtmd/test-1.jpeg"))
         bench_bin = find_llama_bench(args.llama_bench)
         cli = bench_bin.with_name("llama-mtmd-cli") if bench_bin else None
         cli = cli if cli and cli.is_file() else None
         print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
+    if args.concurrent:
+        from llama_ffi.bench import concurrent
+
+        bench_bin = find_llama_bench(args.llama_bench)
+        if bench_bin is None:
+            print("llama.cpp's tools not found: their columns are left out "
+                  "(python -m tools.native_build --reference)", file=sys.stderr)
+        rows, latency = concurrent.bench(args.model, args.threads, args.repeats, bench_bin and bench_bin.parent)
+        print(concurrent.concurrent_table(rows, latency))
+        return 0
     if args.parallel:
-        from llama_ffi import bench_parallel
+        from llama_ffi.bench import parallel as bench_parallel
 
         bench_bin = find_llama_bench(args.llama_bench)
         batched = bench_bin.with_name("llama-batched-bench") if bench_bin else None
@@ -479,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             batched = None
         print(bench_parallel.parallel_table(bench_parallel.bench(args.model, args.threads, args.repeats, batched)))
     if args.rpc:
-        from llama_ffi import bench_rpc
+        from llama_ffi.bench import rpc as bench_rpc
 
         print(bench_rpc.rpc_table(bench_rpc.bench(args.model, args.threads, args.repeats,
                                                   find_llama_bench(args.llama_bench))))

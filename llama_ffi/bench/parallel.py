@@ -11,7 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from llama_ffi.bench import _median
+from llama_ffi.bench.common import _median
 
 SEQUENCES = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 128
@@ -29,8 +29,10 @@ def native(binary: Path, model: str, threads: int, n_seq: int) -> float:
 
 def ours(llm, n_seq: int, ban: dict) -> float:
     prompts = [[(i * 7919 + 131 * s) % llm.n_vocab() for i in range(N_PROMPT)] for s in range(n_seq)]
+    stats = llm.engine.stats
+    tokens, seconds = stats.generated_tokens, stats.generation_s
     llm(prompts, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
-    return llm.last_parallel_stats.generation_tps
+    return (stats.generated_tokens - tokens) / (stats.generation_s - seconds)
 
 
 def bench(model: str, threads: int, repeats: int, batched_bench: Path | None) -> list[dict]:

@@ -1,0 +1,166 @@
+"""The benchmark's concurrent table: N callers on threads, each one completion of ``N_PROMPT``
+prompt tokens and ``N_GEN`` greedy tokens (end-of-generation banned), on one ``Llama``, against
+llama.cpp's ``llama-batched-bench -npp N_PROMPT -ntg N_GEN -npl N`` (its total time) and against
+``llama-server -np N`` from the pinned tree with N concurrent loopback HTTP clients (what users
+would run instead). Wall time from the first call to the last answer; each figure is a median.
+A second line times a short request that arrives while a long one runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from llama_ffi.bench.common import _median
+
+CALLERS = (1, 2, 4, 8, 16)
+N_PROMPT, N_GEN = 32, 64
+N_CTX, N_BATCH, N_UBATCH = 4096, 2048, 512
+SERVER_START_S, REQUEST_S = 120.0, 300.0  # bounds: a stuck server fails the table, not the machine
+
+
+def prompts(n_vocab: int, n: int) -> list[list[int]]:
+    return [[(i * 7919 + 131 * s + 17) % n_vocab for i in range(N_PROMPT)] for s in range(n)]
+
+
+def run_threads(fns) -> float:
+    """Wall seconds until every one of ``fns`` has returned, all started at once."""
+    errors: list[BaseException] = []
+
+    def call(fn):
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(fn,), daemon=True) for fn in fns]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REQUEST_S)
+    wall = time.perf_counter() - t0
+    if errors or any(t.is_alive() for t in threads):
+        raise RuntimeError(f"a caller failed: {errors[:1] or 'timed out'}")
+    return wall
+
+
+def ours(llm, n: int, ban: dict) -> float:
+    llm.reset()
+    return run_threads([lambda p=p: llm(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
+                        for p in prompts(llm.n_vocab(), n)])
+
+
+def batched_bench(binary: Path, model: str, threads: int, n: int) -> float:
+    cmd = [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(N_CTX), "-b", str(N_BATCH),
+           "-ub", str(N_UBATCH), "-npp", str(N_PROMPT), "-ntg", str(N_GEN), "-npl", str(n), "-kvu",
+           "--output-format", "jsonl"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=REQUEST_S)
+    rows = [json.loads(line) for line in (out.stdout + out.stderr).splitlines() if line.startswith("{")]
+    return float(rows[-1]["t"])
+
+
+class Server:
+    """llama-server with ``n`` slots on 127.0.0.1, stopped with SIGTERM."""
+
+    def __init__(self, binary: Path, model: str, threads: int, n: int) -> None:
+        from llama_ffi.rpc import free_port
+
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(N_CTX), "-b", str(N_BATCH),
+             "-ub", str(N_UBATCH), "-np", str(n), "-kvu", "--host", "127.0.0.1", "--port", str(self.port),
+             "--no-webui"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + SERVER_START_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        self.close()
+        raise RuntimeError("llama-server did not start")
+
+    def complete(self, prompt: list[int]) -> None:
+        body = json.dumps({"prompt": prompt, "n_predict": N_GEN, "temperature": 0, "ignore_eos": True,
+                           "cache_prompt": False}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=REQUEST_S) as r:
+            r.read()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def server_run(binary: Path, model: str, threads: int, n: int, n_vocab: int, repeats: int) -> float:
+    server = Server(binary, model, threads, n)
+    try:
+        server.complete(prompts(n_vocab, 1)[0])  # warm-up
+        return _median([run_threads([lambda p=p: server.complete(p) for p in prompts(n_vocab, n)])
+                        for _ in range(repeats)])
+    finally:
+        server.close()
+
+
+def short_during_long(llm, ban: dict) -> tuple[float, float]:
+    """Seconds until a 16-token request sent 1 s into a 384-token one ends, and until the long one ends."""
+    done: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    def long():
+        llm(prompts(llm.n_vocab(), 1)[0], max_tokens=384, temperature=0.0, logit_bias=ban)
+        done["long"] = time.perf_counter() - t0
+
+    def short():
+        time.sleep(1.0)
+        llm(prompts(llm.n_vocab(), 2)[1], max_tokens=16, temperature=0.0, logit_bias=ban)
+        done["short"] = time.perf_counter() - t0
+
+    run_threads([long, short])
+    return done["short"], done["long"]
+
+
+def bench(model: str, threads: int, repeats: int, tools: Path | None) -> tuple[list[dict], tuple[float, float]]:
+    from llama_ffi import lib
+    from llama_ffi.high import Llama
+
+    batched = tools / "llama-batched-bench" if tools and (tools / "llama-batched-bench").is_file() else None
+    server = tools / "llama-server" if tools and (tools / "llama-server").is_file() else None
+    rows = []
+    with Llama(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=threads, n_threads_batch=threads,
+               n_seq_max=max(CALLERS), kv_unified=True, progress=False) as llm:
+        ban = {t: -float("inf") for t in range(llm.n_vocab()) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)}
+        ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
+        for n in CALLERS:
+            mine, native = [], []
+            for _ in range(repeats):
+                if batched:
+                    native.append(batched_bench(batched, model, threads, n))
+                mine.append(ours(llm, n, ban))
+            rows.append({"callers": n, "ffi_s": _median(mine), "batched_s": _median(native),
+                         "server_s": server_run(server, model, threads, n, llm.n_vocab(), repeats)
+                         if server else float("nan")})
+        latency = short_during_long(llm, ban)
+    return rows, latency
+
+
+def concurrent_table(rows: list[dict], latency: tuple[float, float]) -> str:
+    out = ["| callers | llama-batched-bench s | llama-server s | llama-ffi s | llama-ffi gen t/s | "
+           "batched-bench / llama-ffi | llama-server / llama-ffi |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['callers']} | {r['batched_s']:.2f} | {r['server_s']:.2f} | {r['ffi_s']:.2f} | "
+                   f"{r['callers'] * N_GEN / r['ffi_s']:.1f} | {r['batched_s'] / r['ffi_s']:.2f} | "
+                   f"{r['server_s'] / r['ffi_s']:.2f} |")
+    out.append("")
+    out.append(f"a 16-token request sent 1 s into a 384-token one: done after {latency[0]:.2f} s; "
+               f"the long one after {latency[1]:.2f} s")
+    return "\n".join(out)

@@ -1,0 +1,197 @@
+"""The callers' side of a completion: a request handed to the scheduler, waited for in a thread or in
+asyncio, shaped as OpenAI's ``text_completion`` (a dict, or chunks with ``stream=True``).
+
+``choices[p * n + k]`` answers prompt ``p`` (its k-th sample). A stream's chunks each carry one
+choice's text; the last chunk of every choice has its ``finish_reason``, the very last the usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+
+from llama_ffi.high.completion import _logprobs_block, completion_id
+from llama_ffi.high.engine.choices import build_groups
+from llama_ffi.high.engine.request import DONE, Request
+from llama_ffi.high.interrupt import sigint_stops_compute
+
+
+class Call:
+    """One completion call: its request and how its results are shaped."""
+
+    def __init__(self, llm, prompts: list, n: int, settings, echo_texts: Sequence[str], model_name: str,
+                 streamed: bool, in_asyncio: bool = False) -> None:
+        ctx = llm.context
+        self.engine = llm.engine
+        self.tokenizer = llm.tokenizer
+        self.n, self.echo_texts, self.model_name = n, list(echo_texts), model_name
+        self.settings = settings
+        groups = build_groups(ctx, prompts, n, settings, ctx.n_seq_max, ctx.n_ctx_seq)
+        # Ctrl-C reaches a request through the C flag only where the main thread waits for it.
+        interruptible = not in_asyncio and threading.current_thread() is threading.main_thread()
+        self.request = Request(groups, settings, streamed, self.engine.wake, interruptible)
+        self.choices = sorted(self.request.choices, key=lambda c: c.index)
+        self.n_prompt = sum(len(p) for p in prompts)
+        self.cid, self.created = completion_id(), int(time.time())
+
+    def usage(self) -> dict:
+        produced = sum(c.produced for c in self.choices)
+        return {"prompt_tokens": self.n_prompt, "completion_tokens": produced, "total_tokens": self.n_prompt + produced}
+
+    def shell(self, items: list[dict], with_usage: bool) -> dict:
+        out = {"id": self.cid, "object": "text_completion", "created": self.created, "model": self.model_name,
+               "choices": items}
+        if with_usage:
+            out["usage"] = self.usage()
+        return out
+
+    def _logprobs(self, events, offset: int = 0) -> dict | None:
+        return _logprobs_block(events, offset, self.tokenizer) if self.settings.logprobs is not None else None
+
+    def result(self) -> dict:
+        items = []
+        for c in self.choices:
+            echo = self.echo_texts[c.index // self.n]
+            items.append(_choice(c.index, echo + "".join(e.text for e in c.events),
+                                 self._logprobs(c.events, len(echo)), c.finish_reason))
+        return self.shell(items, True)
+
+    def echo_chunks(self) -> Iterator[dict]:
+        for c in self.choices:
+            echo = self.echo_texts[c.index // self.n]
+            if echo:
+                yield self.shell([_choice(c.index, echo, None, None)], False)
+
+    def shows(self, item) -> bool:
+        """A stream carries every token (so a closed one knows what its caller saw); a chunk is
+        made of those with text or logprobs, and of every choice's end."""
+        event = item[1]
+        return event is None or bool(event.text) or self.settings.logprobs is not None
+
+    def chunk(self, item, left: int) -> dict:
+        index, event = item
+        if event is None:
+            finish = next(c.finish_reason for c in self.choices if c.index == index)
+            return self.shell([_choice(index, "", None, finish)], left == 0)
+        return self.shell([_choice(index, event.text, self._logprobs([event]), None)], False)
+
+
+def _choice(index: int, text: str, logprobs: dict | None, finish: str | None) -> dict:
+    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
+
+
+def _raise_if_error(item) -> None:
+    if isinstance(item, BaseException):
+        raise item
+
+
+def wait(call: Call) -> None:
+    """Submit the call's request and wait for its end in this thread."""
+    engine, request = call.engine, call.request
+    engine.submit(request)
+    try:
+        while True:
+            with sigint_stops_compute():
+                item = request.channel.get()
+            if item is DONE:
+                return
+            _raise_if_error(item)
+    except BaseException:
+        engine.cancel(request)
+        raise
+
+
+def items(call: Call) -> Iterator[tuple]:
+    """The streamed items ``(choice index, event or None)``; closing the iterator cancels the request."""
+    engine, request = call.engine, call.request
+    engine.submit(request)
+    try:
+        while True:
+            with sigint_stops_compute():
+                item = request.channel.get()
+            if item is DONE:
+                return
+            _raise_if_error(item)
+            yield item
+    finally:
+        if not request.finished:
+            engine.cancel(request)
+
+
+async def aitems(call: Call) -> AsyncIterator[tuple]:
+    engine, request = call.engine, call.request
+    engine.submit(request)
+    try:
+        while True:
+            item = await request.channel.aget()
+            if item is DONE:
+                return
+            _raise_if_error(item)
+            yield item
+    finally:
+        if not request.finished:
+            engine.cancel(request)
+
+
+def completion(call: Call):
+    """The dict, or with a streamed request an iterator of chunks."""
+    if call.request.streamed:
+        return _chunks(call)
+    wait(call)
+    return call.result()
+
+
+def _chunks(call: Call) -> Iterator[dict]:
+    yield from call.echo_chunks()
+    left = len(call.choices)
+    for item in items(call):
+        left -= item[1] is None
+        if call.shows(item):
+            yield call.chunk(item, left)
+
+
+async def acompletion(call: Call):
+    if call.request.streamed:
+        return _achunks(call)
+    async for _ in aitems(call):
+        pass
+    return call.result()
+
+
+async def _achunks(call: Call) -> AsyncIterator[dict]:
+    for chunk in call.echo_chunks():
+        yield chunk
+    left = len(call.choices)
+    async for item in aitems(call):
+        left -= item[1] is None
+        if call.shows(item):
+            yield call.chunk(item, left)
+
+
+def tokens(call: Call) -> Iterator[int]:
+    """``Llama.generate``: the sampled tokens of a one-choice streamed request."""
+    for _, event in items(call):
+        if event is not None and event.token >= 0:
+            yield event.token
+
+
+async def in_thread(create, *args, stream: bool = False, **kwargs):
+    """A Llama whose sequences run alone (speculative, ``logits_all``) serves asyncio from a worker
+    thread: the call, and each chunk of a stream, are awaited there."""
+    result = await asyncio.to_thread(create, *args, stream=stream, **kwargs)
+    if not stream:
+        return result
+    return _athread_chunks(iter(result))
+
+
+async def _athread_chunks(chunks: Iterator[dict]) -> AsyncIterator[dict]:
+    done = object()
+    try:
+        while (chunk := await asyncio.to_thread(next, chunks, done)) is not done:
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()

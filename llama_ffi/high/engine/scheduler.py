@@ -1,0 +1,489 @@
+"""The scheduler: one thread that owns a ``Llama``'s context while there is work, and decodes every
+request's sequences together, step by step (llama-server's continuous batching).
+
+Each step packs the next token of every generating choice and as many prompt tokens of newly
+admitted requests as ``n_batch`` allows into one ``llama_decode``, then samples every choice that
+got logits. A request is admitted as soon as its choices find idle slots and KV cells (strictly in
+arrival order), so a short request that arrives while a long one runs starts at the next step.
+LoRA adapters and control vectors apply to the whole context: one step never mixes two
+selections; steps alternate between the selections that have work.
+
+Single-sequence work (``Llama.eval``, ``save_state``, embeddings...) takes the same lock between
+steps through ``exclusive()``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import sys
+import threading
+import time
+
+from llama_ffi import lib
+from llama_ffi.high.adapters import Selection
+from llama_ffi.high.context import DecodeError
+from llama_ffi.high.engine.choices import NO_OUTPUT, Choice, Group, closing_events, sample
+from llama_ffi.high.engine.request import DONE, Request, RequestCancelled
+from llama_ffi.high.engine.slots import Slot, SlotTable
+from llama_ffi.high.multimodal.prompt import MediaPrompt, evaluate as evaluate_media
+
+
+@dataclasses.dataclass
+class Counters:
+    evaluated: int = 0        # tokens decoded so far (prefix reuse shows here)
+
+
+@dataclasses.dataclass
+class EngineStats:
+    """Running totals of the steps (wall time of batch, decode and sampling): steps that carried
+    prompt tokens, and steps of generated tokens only."""
+
+    prompt_steps: int = 0
+    prompt_tokens: int = 0
+    generation_steps: int = 0
+    generated_tokens: int = 0
+    prompt_s: float = 0.0
+    generation_s: float = 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        """Aggregate tokens/s of the steps that carried only generated tokens."""
+        return self.generated_tokens / self.generation_s if self.generation_s else float("nan")
+
+
+def copy_of(selection: Selection) -> Selection:
+    """A slot's record of a selection, not the request's own (which marks its adapters in use)."""
+    return Selection(selection.loras, selection.cvec)
+
+
+class Engine:
+    def __init__(self, context, batch, tokenizer, adapters, lock, counters: Counters) -> None:
+        self.context = context
+        self.batch = batch
+        self.piece = tokenizer.piece
+        self.adapters = adapters
+        self.lock = lock            # ContextLock: steps and single-sequence work take turns
+        self.counters = counters
+        self.slots = SlotTable(context, context.n_seq_max)
+        self.stats = EngineStats()
+        self._cond = threading.Condition()
+        self._waiting: collections.deque[Group] = collections.deque()
+        self._evaluating: list[Group] = []
+        self._generating: list[Choice] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._exclusive = 0         # single-sequence callers waiting for the context
+        self._stalled = False       # the next group waits for KV cells that running ones hold
+        self._last_key = None
+
+    # ---- the callers' side -----------------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("this Llama has been closed")
+            self._waiting.extend(request.groups)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="llama-ffi-engine", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def cancel(self, request: Request, wait: bool = True) -> None:
+        """The caller gave up (stream closed, task cancelled): its slots are freed at the next step,
+        which ``wait`` waits for, so the caches are settled when this returns."""
+        with self._cond:
+            if request.finished:
+                return
+            request.cancelled = True
+            self._stalled = False
+            self._cond.notify_all()
+            worker = self._thread
+        if wait and worker is not None and worker is not threading.current_thread():
+            request.reaped.wait()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def busy(self) -> bool:
+        return bool(self._waiting or self._evaluating or self._generating)
+
+    @contextlib.contextmanager
+    def exclusive(self, main: bool = True, idle: bool = False):
+        """The context between two steps, for single-sequence work: ``main`` makes the main slot an
+        idle one (see ``SlotTable.idle_main``), ``idle`` waits until no request runs."""
+        while True:
+            with self._cond:
+                self._exclusive += 1
+            try:
+                self.lock.acquire_for(None)
+            finally:
+                with self._cond:
+                    self._exclusive -= 1
+            if not (idle and (self._evaluating or self._generating)) and (not main or self.slots.idle_main()):
+                break
+            self.lock.release()
+            with self._cond:
+                self._cond.notify_all()
+                self._cond.wait(0.05)
+        if main:  # compute under what the main sequence's cache was computed under
+            slot = self.slots.main
+            selection = slot.selection if slot.tokens and slot.selection is not None else self.adapters.default
+            self.adapters.apply(self.context, selection)
+            slot.selection = copy_of(selection)
+        try:
+            yield self.slots.main
+        finally:
+            self.lock.release()
+            self.wake()
+
+    def close(self) -> None:
+        """Refuse new requests, end the streams, and wait for the requests in flight."""
+        with self._cond:
+            self._closed = True
+            for request in self._requests():
+                if request.streamed:
+                    request.cancelled = True
+                    request.cancel_reason = "its Llama was closed: this stream can produce nothing more"
+                    request.channel.replace_all(RequestCancelled(request.cancel_reason))
+            self._cond.notify_all()
+            while self._thread is not None and self._thread is not threading.current_thread():
+                if sys.is_finalizing():  # at exit the thread may be frozen already: do not wait on it
+                    return
+                self._cond.wait(0.1)
+
+    # ---- the scheduler's thread ---------------------------------------------------------------------
+    def _requests(self) -> list[Request]:
+        seen: dict[int, Request] = {}
+        for g in list(self._waiting) + self._evaluating:
+            seen.setdefault(id(g.request), g.request)
+        for c in self._generating:
+            seen.setdefault(id(c.group.request), c.group.request)
+        return list(seen.values())
+
+    def _ready(self) -> bool:
+        if any(r.cancelled for r in self._requests()) or self._evaluating:
+            return True
+        if any(not c.group.request.blocked for c in self._generating):
+            return True
+        return bool(self._waiting) and not self._stalled and len(self.slots.idle()) >= len(self._waiting[0].choices)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while True:
+                        if not self.busy():
+                            return
+                        if not self._exclusive and self._ready():
+                            break
+                        self._cond.wait()
+                self._step()
+                with self._cond:
+                    self._cond.notify_all()
+        except BaseException as error:  # a defect: fail every caller rather than leave one waiting
+            with self._cond:
+                for request in self._requests():
+                    self._end_request(request, error)
+                self._waiting.clear()
+                self._evaluating, self._generating = [], []
+            raise
+        finally:
+            with self._cond:
+                self._thread = None
+                self._cond.notify_all()
+
+    def _step(self) -> None:
+        with self.lock:
+            with self._cond:
+                self._reap()
+                admitted = self._admit()
+            if lib.llama_ffi_sigint_pending():  # Ctrl-C in a caller's thread: stop its requests
+                lib.llama_ffi_sigint_clear()
+                self._fail_where(lambda r: r.interruptible, KeyboardInterrupt())
+                return
+            for group in admitted:
+                if isinstance(group.prompt, MediaPrompt):
+                    self._evaluate_media(group)
+            self._decode_step()
+
+    # ---- admission ---------------------------------------------------------------------------------------
+    def _reap(self) -> None:
+        """Drop the work of cancelled requests (their slots keep what they decoded)."""
+        for g in [g for g in self._waiting if g.request.cancelled]:
+            self._waiting.remove(g)
+            self._end_request(g.request, RequestCancelled(g.request.cancel_reason))
+        for g in [g for g in self._evaluating if g.request.cancelled]:
+            self._evaluating.remove(g)
+            for c in g.choices:
+                self._release(c)
+            self._end_request(g.request, RequestCancelled(g.request.cancel_reason))
+        unread: dict[int, dict[int, int]] = {}
+        for c in [c for c in self._generating if c.group.request.cancelled]:
+            request = c.group.request
+            if request.streamed:  # the slot keeps what the caller saw: prompt and tokens read
+                counts = unread.setdefault(id(request), request.channel.unread_tokens())
+                seen = c.produced - counts.get(c.index, 0)
+                self.slots.cut(c.slot, min(len(c.slot.tokens), len(c.prompt) + max(seen - 1, 0)))
+            self._generating.remove(c)
+            self._release(c)
+            self._end_request(request, RequestCancelled(request.cancel_reason))
+
+    def _active_cells(self) -> int:
+        """KV cells the running requests hold or may still fill (their budgets)."""
+        cells = sum(g.cells(0) for g in self._evaluating)
+        for c in self._generating:
+            shared = len(c.prompt) if c is not c.group.leader else 0  # siblings share the prompt's cells
+            cells += len(c.slot.tokens) - shared + c.budget - c.produced
+        return cells
+
+    def _admit(self) -> list[Group]:
+        admitted = []
+        while self._waiting:
+            group = self._waiting[0]
+            idle = self.slots.idle()
+            if len(group.choices) > len(idle):
+                break
+            selection = group.request.settings.adapters
+            slot, keep = self.slots.choose(group.prompt, selection.key)
+            if self.slots.shared_cells:
+                limit = self.context.n_ctx - self._active_cells()
+                fits = self.slots.evict_for(group.cells(keep) + keep, limit, keep=(slot,))
+                if not fits and (self._evaluating or self._generating):
+                    self._stalled = True  # until a running choice ends
+                    break
+            self._waiting.popleft()
+            keep = self._restore_longer_prefix(group.prompt, selection, slot, keep)
+            keep = self.slots.cut(slot, keep)
+            group.evaluated = keep
+            others = sorted((s for s in idle if s is not slot), key=lambda s: s.last_used)
+            for choice, s in zip(group.choices, [slot] + others):
+                if s is not slot:
+                    self.slots.forget(s)
+                choice.slot, s.owner = s, choice
+                s.selection = copy_of(selection)
+                self.slots.touch(s)
+            self.slots.main = slot
+            self._evaluating.append(group)
+            admitted.append(group)
+        return admitted
+
+    def _restore_longer_prefix(self, prompt, selection: Selection, slot: Slot, keep: int) -> int:
+        """With a prompt cache: a stored state sharing more of the prompt than the slot replaces
+        what the slot holds (which is stored first)."""
+        cache = self.slots.cache
+        if cache is None:
+            return keep
+        entry, length = cache.best(prompt, selection.stable_key)
+        if entry is None or length <= keep:
+            return keep
+        if slot.tokens:
+            cache.remember(self.context, slot)
+        cache.restore(self.context, slot, entry, copy_of(selection))
+        return length
+
+    # ---- prompts ------------------------------------------------------------------------------------------
+    def _evaluate_media(self, group: Group) -> None:
+        """Media prompts are evaluated at admission (mtmd encodes and decodes them), then sampled."""
+        self._evaluating.remove(group)
+        slot, ctx, batch = group.leader.slot, self.context, self.batch
+        self.adapters.apply(ctx, group.request.settings.adapters)
+
+        def decode_text(tokens, start):
+            for i in range(0, len(tokens), batch.capacity):
+                part = tokens[i:i + batch.capacity]
+                ctx.decode(batch.fill(part, start + i, seq_id=slot.seq).c)
+                slot.tokens.extend(part)
+                self.counters.evaluated += len(part)
+
+        try:
+            evaluate_media(ctx, slot, group.prompt, decode_text, self.counters)
+        except BaseException as error:
+            self._resync(slot)
+            for c in group.choices:
+                self._release(c)
+            self._end_request(group.request, error)
+            return
+        self._prompt_done(group, -1)
+        self._sample([c for c in group.choices])
+
+    def _prompt_done(self, group: Group, output: int) -> None:
+        """The prompt is in the leader's slot: the siblings share its cells and its logits."""
+        leader = group.leader
+        memory = self.context.memory
+        for c in group.choices[1:]:
+            lib.llama_memory_seq_cp(memory, leader.slot.seq, c.slot.seq, -1, -1)
+            c.slot.tokens = list(leader.slot.tokens)
+            c.slot.media_spans = list(leader.slot.media_spans)
+        for c in group.choices:
+            c.output = output
+        self._generating.extend(group.choices)
+
+    # ---- one step ---------------------------------------------------------------------------------------
+    def _pick_selection(self, choices: list[Choice], groups: list[Group]) -> Selection | None:
+        """The adapter selection of this step: the only one with work, or the next after the last."""
+        by_key: dict[tuple, Selection] = {}
+        for request in [c.group.request for c in choices] + [g.request for g in groups]:
+            by_key.setdefault(request.settings.adapters.key, request.settings.adapters)
+        if not by_key:
+            return None
+        keys = list(by_key)
+        key = keys[0]
+        if len(keys) > 1 and self._last_key in by_key:
+            key = keys[(keys.index(self._last_key) + 1) % len(keys)]
+        self._last_key = key
+        return by_key[key]
+
+    def _decode_step(self) -> None:
+        ctx, batch = self.context, self.batch
+        ready = [c for c in self._generating if not c.group.request.blocked]
+        selection = self._pick_selection(ready, self._evaluating)
+        if selection is None:
+            return
+        key = selection.key
+        ready = [c for c in ready if c.group.request.settings.adapters.key == key]
+        started = time.perf_counter()
+        self.adapters.apply(ctx, selection)
+        batch.clear()
+        b = batch.c
+        for c in ready:
+            c.output = b.n_tokens
+            batch.add(c.next_token, len(c.slot.tokens), (c.slot.seq,), True)
+        parts = []
+        for group in self._evaluating:
+            room = batch.capacity - b.n_tokens
+            if room <= 0:
+                break
+            if group.request.settings.adapters.key != key:
+                continue
+            seq, start = group.leader.slot.seq, group.evaluated
+            take = min(room, len(group.prompt) - start)
+            last = len(group.prompt) - 1
+            for j in range(start, start + take):
+                batch.add(group.prompt[j], j, (seq,), j == last)
+            parts.append((group, start, take, b.n_tokens - 1))
+        n_tokens = b.n_tokens
+        try:
+            ctx.decode(b)
+        except BaseException as error:
+            for c in ready:
+                c.output = NO_OUTPUT
+            self._decode_failed(error, [c.slot for c in ready] + [g.leader.slot for g, *_ in parts])
+            return
+        self.counters.evaluated += n_tokens
+        for c in ready:
+            c.slot.tokens.append(c.next_token)
+            self.slots.check(c.slot)
+        for group, start, take, row in parts:
+            group.leader.slot.tokens.extend(group.prompt[start:start + take])
+            group.evaluated += take
+            self.stats.prompt_tokens += take
+            if group.evaluated == len(group.prompt):
+                self._evaluating.remove(group)
+                self._prompt_done(group, row)
+        sampled = ready + [c for group, *_ in parts for c in group.choices if c.output != NO_OUTPUT]
+        self._sample(sampled)
+        elapsed = time.perf_counter() - started
+        if parts:
+            self.stats.prompt_steps += 1
+            self.stats.prompt_s += elapsed
+        else:
+            self.stats.generation_steps += 1
+            self.stats.generation_s += elapsed
+            self.stats.generated_tokens += len(ready)
+
+    def _sample(self, choices: list[Choice]) -> None:
+        """Sample every choice of this step before delivering anything."""
+        ctx = self.context
+        ctx_ptr, vocab, pristine = ctx.ptr, ctx.model.vocab_ptr, {}
+        finished = []
+        for c in choices:
+            request = c.group.request
+            if request.finished:
+                continue
+            settings = request.settings
+            try:
+                event = sample(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine)
+            except BaseException as error:  # a logits processor or stopping criterion of the caller's
+                self._fail_request(request, error)
+                continue
+            if event is not None and (event.text or settings.logprobs is not None or request.streamed):
+                self._emit(c, event)
+            if c.finish_reason is not None:
+                finished.append(c)
+        for c in finished:
+            if c.group.request.finished:
+                continue
+            for event in closing_events(c):
+                self._emit(c, event)
+            self._generating.remove(c)
+            self._release(c)
+            if c.group.request.streamed:
+                c.group.request.channel.put((c.index, None))
+            c.group.request.live -= 1
+            if c.group.request.live == 0:
+                self._end_request(c.group.request, None)
+
+    def _emit(self, c: Choice, event) -> None:
+        if c.group.request.streamed:
+            c.group.request.channel.put((c.index, event))
+        else:
+            c.events.append(event)
+
+    # ---- endings ------------------------------------------------------------------------------------------
+    def _release(self, c: Choice) -> None:
+        slot: Slot | None = c.slot
+        if slot is not None and slot.owner is c:
+            slot.owner = None
+            self.slots.touch(slot)
+            self._stalled = False
+
+    def _end_request(self, request: Request, error: BaseException | None) -> None:
+        if error is None:
+            if not request.finished:
+                request.finished = True
+                request.channel.put(DONE)
+        else:
+            request.fail(error)
+        request.close()
+        request.reaped.set()
+
+    def _fail_request(self, request: Request, error: BaseException) -> None:
+        """End a running request with ``error``: its choices leave their slots."""
+        with self._cond:
+            for g in [g for g in self._waiting if g.request is request]:
+                self._waiting.remove(g)
+        self._evaluating = [g for g in self._evaluating if g.request is not request]
+        for c in request.choices:
+            if c in self._generating:
+                self._generating.remove(c)
+            self._release(c)
+        self._end_request(request, error)
+
+    def _fail_where(self, which, error: BaseException) -> None:
+        with self._cond:
+            for request in self._requests():
+                if which(request):
+                    self._fail_request(request, error)
+
+    def _resync(self, slot: Slot) -> None:
+        """After a failed decode: the slot's list keeps what its sequence still holds."""
+        kept = max(self.context.seq_pos_max(slot.seq) + 1, 0)
+        del slot.tokens[kept:]
+        slot.media_spans = [s for s in slot.media_spans if s[0] + s[1] <= kept]
+
+    def _decode_failed(self, error: BaseException, slots: list[Slot]) -> None:
+        for slot in slots:
+            self._resync(slot)
+        for group in self._evaluating:
+            group.evaluated = len(group.leader.slot.tokens)
+        if isinstance(error, KeyboardInterrupt):
+            self._fail_where(lambda r: r.interruptible, error)
+            return
+        if isinstance(error, DecodeError) and any(s.tokens for s in self.slots.idle()):
+            for slot in self.slots.idle():  # cells held by idle caches: free them and try again
+                self.slots.forget(slot)
+            return
+        involved = {id(s) for s in slots}
+        self._fail_where(lambda r: any(id(c.slot) in involved for c in r.choices), error)
