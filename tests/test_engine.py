@@ -302,3 +302,50 @@ def test_grammar_parsing_loses_no_other_thread_s_stderr(smollm2_path):
     total = int(next(line for line in lines if line.startswith("wrote ")).split()[1])
     written = {line for line in lines if line.startswith("line ")}
     assert len(written) == total, f"{total - len(written)} of {total} lines written to stderr went missing"
+
+
+# ---- prompt caches ------------------------------------------------------------------------------------------------
+LONG = "In the beginning of the story, a traveller walks along the river, past mills, farms and bridges, " * 3
+
+
+@pytest.mark.parametrize("kind", ["ram", "disk"])
+def test_a_prompt_cache_restores_what_a_slot_lost(smollm2_path, tmp_path, kind):
+    from llama_ffi.high import LlamaDiskCache, LlamaRAMCache
+
+    def make_cache():
+        return LlamaRAMCache(capacity_bytes=1 << 28) if kind == "ram" else LlamaDiskCache(tmp_path, 1 << 28)
+
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=1, progress=False) as llm:  # one slot
+        llm.set_cache(make_cache())
+        want = text_of(llm(LONG, max_tokens=12, **GREEDY))
+        llm("Something else entirely.", max_tokens=4, **GREEDY)  # takes the only slot: LONG is stored
+        stats = llm.engine.stats
+        before = stats.prompt_tokens
+        again = text_of(llm(LONG, max_tokens=12, **GREEDY))
+        assert stats.prompt_tokens - before == 1  # restored: only its last token is decoded
+        assert again == want
+        if kind == "disk":  # another process (another Llama) finds it on disk
+            with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=1, progress=False) as other:
+                other.set_cache(make_cache())
+                before = other.engine.stats.prompt_tokens
+                assert text_of(other(LONG, max_tokens=12, **GREEDY)) == want
+                assert other.engine.stats.prompt_tokens - before == 1
+
+
+def test_a_prompt_cache_keeps_within_its_capacity(smollm2_path):
+    from llama_ffi.high import LlamaRAMCache
+
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=1, progress=False) as llm:
+        cache = LlamaRAMCache(capacity_bytes=1 << 28)
+        llm.set_cache(cache)
+        llm(LONG, max_tokens=4, **GREEDY)
+        llm("Something else entirely.", max_tokens=4, **GREEDY)
+        one = cache.cache_size
+        assert len(cache) == 1 and one > 0
+        small = LlamaRAMCache(capacity_bytes=one + one // 2)  # room for one entry, not two
+        llm.set_cache(small)
+        for text in (LONG, "Another text " * 20, LONG):
+            llm(text, max_tokens=4, **GREEDY)
+        assert len(small) == 1 and small.cache_size <= small.capacity_bytes
+    with pytest.raises(TypeError, match="set_cache takes"):
+        llm.set_cache({})
