@@ -130,19 +130,25 @@ def test_lora_path_is_the_default_set(smollm2_path, files, llm):
 
 
 def test_two_threads_alternating_adapters(llm):
-    want = {name: text(llm, PROMPTS[0], active_loras=[{"name": name}]) for name in ("coder", "translator")}
-    got: dict[str, list[str]] = {name: [] for name in want}
+    from near_tie import assert_same_or_near_tie, parallel_bound
+
+    names = ("coder", "translator")
+    got: dict[str, list[str]] = {name: [] for name in names}
 
     def worker(name):
         for _ in range(4):
             got[name].append(text(llm, PROMPTS[0], active_loras=[{"name": name}]))
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in want]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in names]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert all(outs == [want[n]] * 4 for n, outs in got.items())
+    # each step decodes one selection; the requests' cells interleave in the cache, so a near tie
+    # may flip (near_tie), but never another adapter's answer
+    for name, outs in got.items():
+        for out in outs:
+            assert_same_or_near_tie(llm, PROMPTS[0], out, N, limit=parallel_bound(llm), active_loras=[{"name": name}])
 
 
 def test_a_stream_keeps_its_adapter_when_another_request_interleaves(llm):
@@ -152,7 +158,11 @@ def test_a_stream_keeps_its_adapter_when_another_request_interleaves(llm):
     parts = [next(stream)["choices"][0]["text"]]
     base = text(llm, PROMPTS[0])  # parks the stream, runs without adapters
     parts += [c["choices"][0]["text"] for c in stream]
-    assert "".join(parts) == whole and base == text(llm, PROMPTS[0])
+    from near_tie import assert_same_or_near_tie, parallel_bound
+
+    assert_same_or_near_tie(llm, PROMPTS[1], "".join(parts), N, limit=parallel_bound(llm), active_loras=a)
+    assert_same_or_near_tie(llm, PROMPTS[0], base, N, limit=parallel_bound(llm))
+    assert whole
 
 
 def test_unloading_an_adapter_in_use_by_a_stream_is_an_error(smollm2_path, files):

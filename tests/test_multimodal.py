@@ -160,7 +160,10 @@ def test_a_second_turn_reuses_the_cached_image(llm, smollm2_path, media):
         whole = fresh.create_chat_completion(conversation, max_tokens=N, temperature=0)
         assert fresh.mtmd.media_encoded == 1
     assert second["choices"][0]["message"]["content"] == whole["choices"][0]["message"]["content"]
-    # another image at the same place is encoded; a text-only request afterwards still works
+    # another image at the same place is encoded (once no slot holds it); a text-only request
+    # afterwards still works
+    llm.reset()
+    encoded = llm.mtmd.media_encoded
     other = [{"role": "user", "content": [{"type": "image_url", "image_url": str(media["wide"])},
                                           {"type": "text", "text": QUESTION}]}]
     llm.create_chat_completion(other, max_tokens=2, temperature=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -212,7 +213,7 @@ class Selection:
     loras: tuple[tuple[LoraAdapter, float], ...] = ()
     cvec: ControlVector | None = None
 
-    @property
+    @functools.cached_property  # compared at every step of the engine
     def key(self) -> tuple:
         return (tuple((id(a), s) for a, s in self.loras), self.cvec.key if self.cvec is not None else None)
 

@@ -654,15 +654,9 @@ class Llama:
 
     def set_cache(self, cache) -> None:
         """Keep what slots lose in ``cache`` (``LlamaRAMCache`` / ``LlamaDiskCache``; None: no cache)."""
-        from llama_ffi.high.engine.prompt_cache import LlamaCache
+        from llama_ffi.high.engine.prompt_cache import install
 
-        if cache is not None and not isinstance(cache, LlamaCache):
-            raise TypeError("set_cache takes a LlamaRAMCache, a LlamaDiskCache or None")
-        if self.engine is None:
-            compat.check_cache(cache)
-            return
-        with self.single():
-            self.engine.slots.cache = cache
+        install(self, cache)
 
     # ---- adapters (llama_ffi.high.adapters; the JamePeng fork's API) --------------------------------
     def load_lora(self, name: str, path: str | os.PathLike) -> None:
@@ -674,9 +668,7 @@ class Llama:
         """Free an adapter. An unfinished request or stream using it makes this an error."""
         with self.single():
             if self.engine is not None:  # caches computed under it are forgotten with it
-                for slot in self.engine.slots.idle():
-                    if slot.selection is not None and any(a.name == name for a, _ in slot.selection.loras):
-                        self.engine.slots.forget(slot)
+                self.engine.slots.forget_adapter(name)
             if self.adapters.unload(name, self.context) and self.engine is None:
                 self._drop_cache()
 

@@ -144,3 +144,16 @@ class LlamaDiskCache(LlamaCache):
 
     def data(self, entry: Entry) -> bytes:
         return entry.path.read_bytes()
+
+
+def install(llm, cache: LlamaCache | None) -> None:
+    """``Llama.set_cache``: the engine's slots keep what they lose in ``cache``."""
+    from llama_ffi.high import compat
+
+    if cache is not None and not isinstance(cache, LlamaCache):
+        raise TypeError("set_cache takes a LlamaRAMCache, a LlamaDiskCache or None")
+    if llm.engine is None:
+        compat.check_cache(cache)
+        return
+    with llm.single():
+        llm.engine.slots.cache = cache

@@ -399,9 +399,9 @@ class Engine:
         ctx_ptr, vocab, pristine = ctx.ptr, ctx.model.vocab_ptr, {}
         finished = []
         for c in choices:
-            request = c.group.request
-            if request.finished:
+            if c.group is None or c.group.request.finished:  # ended by an earlier choice's error
                 continue
+            request = c.group.request
             settings = request.settings
             try:
                 event = sample(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine)
@@ -413,7 +413,7 @@ class Engine:
             if c.finish_reason is not None:
                 finished.append(c)
         for c in finished:
-            if c.group.request.finished:
+            if c.group is None or c.group.request.finished:
                 continue
             for event in closing_events(c):
                 self._emit(c, event)
@@ -447,6 +447,10 @@ class Engine:
         else:
             request.fail(error)
         request.close()
+        for group in request.groups:  # no cycles left: the request is freed as soon as its caller lets go
+            for c in group.choices:
+                c.group = None
+            group.request = None
         request.reaped.set()
 
     def _fail_request(self, request: Request, error: BaseException) -> None:

@@ -75,8 +75,9 @@ class SlotTable:
     def choose(self, prompt, selection_key: tuple) -> tuple[Slot, int]:
         """The idle slot for ``prompt`` and how many of its positions it holds already: the longest
         common prefix, when similar enough; else the least recently used slot. Where that slot
-        would lose what it holds past the prefix (another user's conversation) and an empty slot is
-        idle, the empty one gets the prefix instead, as a copy that shares the cells."""
+        would lose more than it keeps (another user's conversation past a shared head, such as a
+        system prompt) and an empty slot is idle, the empty one gets the prefix instead, as a copy
+        that shares the cells."""
         candidates = self.idle()
         scored = [(s.common_prefix(prompt, selection_key), s) for s in candidates]
         best = max(p for p, _ in scored)
@@ -87,7 +88,7 @@ class SlotTable:
         slot = min((s for p, s in scored if p == best), key=lambda s: (len(s.tokens), s.last_used, s.seq))
         empty = next((s for s in candidates if not s.tokens), None)
         window = max(1, self.context.model.n_swa)  # a sliding window must still hold the prefix's end
-        if (self.can_fork and empty is not None and len(slot.tokens) > best
+        if (self.can_fork and empty is not None and len(slot.tokens) - best > best
                 and self.context.seq_pos_min(slot.seq) <= max(0, best - window)):
             lib.llama_memory_seq_cp(self.context.memory, slot.seq, empty.seq, 0, best)
             empty.tokens = slot.tokens[:best]
@@ -112,6 +113,12 @@ class SlotTable:
         slot.tokens = []
         slot.media_spans = []
         slot.selection = None
+
+    def forget_adapter(self, name: str) -> None:
+        """Forget the idle caches computed under the LoRA adapter ``name`` (being unloaded)."""
+        for slot in self.idle():
+            if slot.selection is not None and any(a.name == name for a, _ in slot.selection.loras):
+                self.forget(slot)
 
     def forget_all(self) -> None:
         self.context.clear()
