@@ -43,9 +43,12 @@ def files(tree, tmp_path_factory):
 
 
 def open_llama(model: Path, mmproj: Path) -> Llama:
-    # chat_format="chatml": llama-mtmd-cli renders with llama.cpp's built-in ChatML
+    # chat_format="chatml": llama-mtmd-cli renders with llama.cpp's built-in ChatML. One slot: this
+    # is about reusing one sequence's cache (which slot a request takes is tests/test_engine.py's);
+    # a request in another slot's cells after this one's differs by more than NOISE here, as random
+    # media embeddings amplify how the attention kernels round over a longer cache.
     return Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, chat_format="chatml",
-                 flash_attn=False, progress=False)
+                 flash_attn=False, n_seq_max=1, progress=False)
 
 
 def message(files, kinds) -> list[dict]:
