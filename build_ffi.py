@@ -52,6 +52,7 @@ static const char *const LLAMA_FFI_CDEF_SHA256;
 static const char *const LLAMA_FFI_LIBRARY_SHA256;
 int llama_ffi_libllama_path(char *, size_t);
 int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
+int32_t llama_ffi_greedy_run_seq(struct llama_context *, const struct llama_vocab *, llama_token, llama_pos, llama_seq_id, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
 """
 
 # llama.cpp's staging API (src/llama-ext.h) is C++ outside extern "C"; MTP drafting needs three
@@ -204,6 +205,32 @@ int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_voca
         cur = llama_ffi_argmax(ctx, -1, n_vocab, ids, bias, n_bias);
         out[i] = cur;
         if (llama_vocab_is_eog(vocab, cur)) return i + 1;
+    }
+    return n;
+}
+
+/* The same for sequence `seq` of a context shared by several (the engine's slots): `token` goes at
+   position `pos`, each produced token at the next one. */
+int32_t llama_ffi_greedy_run_seq(struct llama_context * ctx, const struct llama_vocab * vocab,
+                                 llama_token token, llama_pos pos, llama_seq_id seq, int32_t n,
+                                 llama_token * out, int32_t * status,
+                                 int32_t n_vocab, const int32_t * ids, const float * bias, int32_t n_bias) {
+    llama_token cur = token;
+    llama_pos at = pos;
+    int32_t n_seq = 1;
+    llama_seq_id seq_ids[1] = { seq };
+    llama_seq_id * seq_of[1] = { seq_ids };
+    int8_t output = 1;
+    struct llama_batch batch = { .n_tokens = 1, .token = &cur, .embd = NULL, .pos = &at,
+                                 .n_seq_id = &n_seq, .seq_id = seq_of, .logits = &output };
+    *status = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        int32_t rc = llama_ffi_decode(ctx, batch);
+        if (rc != 0) { *status = rc; return i; }
+        cur = llama_ffi_argmax(ctx, -1, n_vocab, ids, bias, n_bias);
+        out[i] = cur;
+        if (llama_vocab_is_eog(vocab, cur)) return i + 1;
+        at += 1;
     }
     return n;
 }

@@ -163,13 +163,21 @@ def sample(c: Choice, ctx, ctx_ptr, vocab, piece, settings: GenerationSettings,
     token = c.chain.sample(ctx_ptr, idx)
     if token < 0:
         raise RuntimeError(f"llama.cpp returned no token for choice {c.index} (no logits at batch row {idx})")
+    return accept(c, token, vocab, piece, settings, logits, lp)
+
+
+def accept(c: Choice, token: int, vocab, piece, settings: GenerationSettings, logits=None,
+           lp: np.ndarray | None = None) -> Event | None:
+    """The choice takes ``token`` (sampled, or picked by a greedy run): its text, stop strings,
+    budget and stopping criteria."""
+    criteria = settings.stopping_criteria
     if lib.llama_vocab_is_eog(vocab, token):
         c.finish_reason = "stop"
         return None
     c.produced += 1
     text, stopped = c.matcher.feed(c.stream.push(piece(token)))
     event = Event(token, text)
-    if want_logprobs:
+    if lp is not None:
         event.logprob = float(lp[token])
         event.top_logprobs = _top(lp, settings.logprobs, lambda t: piece(t).decode("utf-8", "replace"))
     c.history.append(token)
@@ -182,6 +190,13 @@ def sample(c: Choice, ctx, ctx_ptr, vocab, piece, settings: GenerationSettings,
     else:
         c.next_token = token
     return event
+
+
+def runs_greedily(c: Choice) -> bool:
+    """Whether the choice can take a greedy run of several tokens (no per-token Python hooks)."""
+    settings = c.group.request.settings
+    return (c.chain.greedy_bias is not None and not c.processors and not settings.stopping_criteria
+            and settings.logprobs is None and c.budget - c.produced >= 2)
 
 
 def closing_events(c: Choice) -> list[Event]:

@@ -38,6 +38,28 @@ class Channel:
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)
 
+    def get_nowait(self):
+        """The next item, or None."""
+        with self._cond:
+            item = self._items.popleft() if self._items else None
+            full = item is not None and len(self._items) + 1 >= AHEAD
+        if full:
+            self._wake()
+        return item
+
+    def wait_for_change(self, timeout: float = 0.05) -> None:
+        """Until an item comes or the driver stops (``poke``)."""
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+
+    def poke(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+        waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
     def replace_all(self, item) -> None:
         """Drop what is unread and put ``item`` (the caller sees it next)."""
         with self._cond:
@@ -97,6 +119,7 @@ class Request:
         self.cancelled = False
         self.cancel_reason = "the request was cancelled"
         self.finished = False
+        self.in_asyncio = False
         self.reaped = threading.Event()       # its choices have left their slots
         self.live = sum(len(g.choices) for g in groups)
         for g in groups:

@@ -94,7 +94,7 @@ def wait(call: Call) -> None:
     try:
         while True:
             with sigint_stops_compute():
-                item = request.channel.get()
+                item = engine.next_item(request)
             if item is DONE:
                 return
             _raise_if_error(item)
@@ -109,8 +109,10 @@ def items(call: Call) -> Iterator[tuple]:
     engine.submit(request)
     try:
         while True:
-            with sigint_stops_compute():
-                item = request.channel.get()
+            item = request.channel.get_nowait()  # decoded ahead already: no steps, no handler
+            if item is None:
+                with sigint_stops_compute():
+                    item = engine.next_item(request)
             if item is DONE:
                 return
             _raise_if_error(item)
@@ -122,7 +124,7 @@ def items(call: Call) -> Iterator[tuple]:
 
 async def aitems(call: Call) -> AsyncIterator[tuple]:
     engine, request = call.engine, call.request
-    engine.submit(request)
+    engine.submit(request, in_asyncio=True)
     try:
         while True:
             item = await request.channel.aget()
@@ -131,8 +133,8 @@ async def aitems(call: Call) -> AsyncIterator[tuple]:
             _raise_if_error(item)
             yield item
     finally:
-        if not request.finished:
-            engine.cancel(request)
+        if not request.finished:  # freed at the next step, by the engine's thread: never wait here
+            engine.cancel(request, wait=False)
 
 
 def completion(call: Call):
