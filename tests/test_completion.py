@@ -434,9 +434,10 @@ def test_garbage_collection_frees(smollm2_path):
     assert model.closed and context._ptr == ffi.NULL
 
 
-def test_two_threads_on_one_llama_are_serialised(llm):
+def test_two_threads_on_one_llama_each_get_their_own_output(llm):
+    from near_tie import assert_same_or_near_tie, parallel_bound
+
     prompts = ["The capital of France is", "def fibonacci(n):"]
-    want = [text_of(llm(p, max_tokens=16, temperature=0.0)) for p in prompts]
     got: dict[int, list[str]] = {0: [], 1: []}
 
     def worker(i):
@@ -448,7 +449,10 @@ def test_two_threads_on_one_llama_are_serialised(llm):
         t.start()
     for t in threads:
         t.join()
-    assert got == {0: [want[0]] * 3, 1: [want[1]] * 3}
+    for i, outs in got.items():  # decoded together (tests/test_engine.py), never each other's
+        assert len(outs) == 3
+        for out in outs:
+            assert_same_or_near_tie(llm, prompts[i], out, 16, limit=parallel_bound(llm))
 
 
 def test_ctrl_c_raises_and_leaves_the_llama_usable(llm):
