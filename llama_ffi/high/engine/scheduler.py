@@ -523,7 +523,7 @@ class Engine:
                 raise_for_decode_status(self._run_status[0])
             except BaseException as error:
                 self._decode_failed(error, [slot])
-                if got == 0:
+                if got == 0 or c.group is None:  # nothing to take, or its request ended (Ctrl-C)
                     return
         vocab, settings = ctx.model.vocab_ptr, request.settings
         for i in range(got):
