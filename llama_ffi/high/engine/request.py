@@ -34,6 +34,8 @@ class Channel:
         with self._cond:
             self._items.append(item)
             self._cond.notify()
+            if not self._waiters:  # the common case, per token: nobody awaits in asyncio
+                return
             waiters, self._waiters = self._waiters, []
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)
