@@ -71,7 +71,7 @@ def ffi_generation_test(model: str, threads: int, **options) -> tuple[float, flo
 
     with Llama(model, n_ctx=N_GEN, n_threads=threads, n_threads_batch=threads, progress=False,
                **options) as llm:
-        eog = [t for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)]
+        ban = eog_ban(llm)
         bos = [llm.token_bos()]
         for _ in llm.generate(bos, temperature=0.0, max_tokens=2):  # warm-up, as llama-bench does
             pass
@@ -79,7 +79,38 @@ def ffi_generation_test(model: str, threads: int, **options) -> tuple[float, flo
         in_decode = lib.llama_ffi_decode_seconds()
         t0 = time.perf_counter()
         n = sum(1 for _ in llm.generate(bos, temperature=0.0, max_tokens=N_GEN,
-                                        logit_bias={t: -float("inf") for t in eog}))
+                                        logit_bias=ban))
         wall = time.perf_counter() - t0
         in_decode = lib.llama_ffi_decode_seconds() - in_decode  # summed inside llama_decode
         return n / wall, (wall - in_decode) * 1e3 / n
+
+
+# Many sequences at once (the parallel and concurrent tables), sized as llama-batched-bench runs.
+BATCHED_CTX, BATCHED_BATCH, BATCHED_UBATCH = 4096, 2048, 512
+
+
+def batched_llama(model: str, threads: int, n_seq_max: int):
+    """A Llama sized like the llama-batched-bench runs it is compared with (unified KV cache)."""
+    from llama_ffi.high import Llama
+
+    return Llama(model, n_ctx=BATCHED_CTX, n_batch=BATCHED_BATCH, n_ubatch=BATCHED_UBATCH, n_threads=threads,
+                 n_threads_batch=threads, n_seq_max=n_seq_max, kv_unified=True, progress=False)
+
+
+def eog_ban(llm) -> dict[int, float]:
+    """Logit biases that bar every end-of-generation token (generation runs its full length)."""
+    from llama_ffi import lib
+
+    vocab = llm._model.vocab_ptr
+    return {t: -float("inf") for t in range(llm.n_vocab()) if lib.llama_vocab_is_eog(vocab, t)}
+
+
+def batched_bench_row(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int, n_seq: int,
+                      timeout: float | None = None) -> dict:
+    """llama-batched-bench's result row for ``n_seq`` sequences (its JSON line)."""
+    cmd = [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_CTX),
+           "-b", str(BATCHED_BATCH), "-ub", str(BATCHED_UBATCH), "-npp", str(n_prompt), "-ntg", str(n_gen),
+           "-npl", str(n_seq), "-kvu", "--output-format", "jsonl"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout)
+    rows = [json.loads(line) for line in (out.stdout + out.stderr).splitlines() if line.startswith("{")]
+    return rows[-1]

@@ -14,11 +14,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from llama_ffi.bench.common import _median
+from llama_ffi.bench.common import BATCHED_BATCH, BATCHED_CTX, BATCHED_UBATCH, _median, batched_bench_row, \
+    batched_llama, eog_ban
 
 CALLERS = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 64
-N_CTX, N_BATCH, N_UBATCH = 4096, 2048, 512
 SERVER_START_S, REQUEST_S = 120.0, 300.0  # bounds: a stuck server fails the table, not the machine
 
 
@@ -55,12 +55,8 @@ def ours(llm, n: int, ban: dict) -> float:
 
 
 def batched_bench(binary: Path, model: str, threads: int, n: int) -> float:
-    cmd = [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(N_CTX), "-b", str(N_BATCH),
-           "-ub", str(N_UBATCH), "-npp", str(N_PROMPT), "-ntg", str(N_GEN), "-npl", str(n), "-kvu",
-           "--output-format", "jsonl"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=REQUEST_S)
-    rows = [json.loads(line) for line in (out.stdout + out.stderr).splitlines() if line.startswith("{")]
-    return float(rows[-1]["t"])
+    """llama-batched-bench's total time for ``n`` sequences."""
+    return float(batched_bench_row(binary, model, threads, N_PROMPT, N_GEN, n, REQUEST_S)["t"])
 
 
 class Server:
@@ -71,8 +67,8 @@ class Server:
 
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(N_CTX), "-b", str(N_BATCH),
-             "-ub", str(N_UBATCH), "-np", str(n), "-kvu", "--host", "127.0.0.1", "--port", str(self.port),
+            [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_CTX),
+             "-b", str(BATCHED_BATCH), "-ub", str(BATCHED_UBATCH), "-np", str(n), "-kvu", "--host", "127.0.0.1", "--port", str(self.port),
              "--no-webui"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + SERVER_START_S
         while time.monotonic() < deadline:
@@ -130,15 +126,11 @@ def short_during_long(llm, ban: dict) -> tuple[float, float]:
 
 
 def bench(model: str, threads: int, repeats: int, tools: Path | None) -> tuple[list[dict], tuple[float, float]]:
-    from llama_ffi import lib
-    from llama_ffi.high import Llama
-
     batched = tools / "llama-batched-bench" if tools and (tools / "llama-batched-bench").is_file() else None
     server = tools / "llama-server" if tools and (tools / "llama-server").is_file() else None
     rows = []
-    with Llama(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=threads, n_threads_batch=threads,
-               n_seq_max=max(CALLERS), kv_unified=True, progress=False) as llm:
-        ban = {t: -float("inf") for t in range(llm.n_vocab()) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)}
+    with batched_llama(model, threads, max(CALLERS)) as llm:
+        ban = eog_ban(llm)
         ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
         for n in CALLERS:
             mine, native = [], []

@@ -7,24 +7,16 @@ time of its generation steps (batch, decode and sampling), as llama-batched-benc
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
-from llama_ffi.bench.common import _median
+from llama_ffi.bench.common import _median, batched_bench_row, batched_llama, eog_ban
 
 SEQUENCES = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 128
-N_CTX, N_BATCH, N_UBATCH = 4096, 2048, 512
 
 
 def native(binary: Path, model: str, threads: int, n_seq: int) -> float:
-    cmd = [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(N_CTX),
-           "-b", str(N_BATCH), "-ub", str(N_UBATCH), "-npp", str(N_PROMPT), "-ntg", str(N_GEN),
-           "-npl", str(n_seq), "-kvu", "--output-format", "jsonl"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    rows = [json.loads(line) for line in (out.stdout + out.stderr).splitlines() if line.startswith("{")]
-    return float(rows[-1]["speed_tg"])
+    return float(batched_bench_row(binary, model, threads, N_PROMPT, N_GEN, n_seq)["speed_tg"])
 
 
 def ours(llm, n_seq: int, ban: dict) -> float:
@@ -36,12 +28,8 @@ def ours(llm, n_seq: int, ban: dict) -> float:
 
 
 def bench(model: str, threads: int, repeats: int, batched_bench: Path | None) -> list[dict]:
-    from llama_ffi import lib
-    from llama_ffi.high import Llama
-
-    with Llama(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=threads,
-               n_threads_batch=threads, n_seq_max=max(SEQUENCES), kv_unified=True, progress=False) as llm:
-        ban = {t: -float("inf") for t in range(llm.n_vocab()) if lib.llama_vocab_is_eog(llm._model.vocab_ptr, t)}
+    with batched_llama(model, threads, max(SEQUENCES)) as llm:
+        ban = eog_ban(llm)
         ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
         rows = []
         for n_seq in SEQUENCES:
