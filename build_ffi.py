@@ -51,8 +51,7 @@ static const int LLAMA_FFI_BUILD_NUMBER;
 static const char *const LLAMA_FFI_CDEF_SHA256;
 static const char *const LLAMA_FFI_LIBRARY_SHA256;
 int llama_ffi_libllama_path(char *, size_t);
-int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
-int32_t llama_ffi_greedy_run_seq(struct llama_context *, const struct llama_vocab *, llama_token, llama_pos, llama_seq_id, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
+int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, llama_pos, llama_seq_id, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
 """
 
 # llama.cpp's staging API (src/llama-ext.h) is C++ outside extern "C"; MTP drafting needs three
@@ -187,34 +186,17 @@ int32_t llama_ffi_argmax(struct llama_context * ctx, int32_t idx, int32_t n_voca
     return llama_ffi_first_max(logits, n_vocab);
 }
 
-/* Greedy generation: decode `token`, take the argmax of its logits (after the logit biases),
-   decode that, ... `n` times or until an end-of-generation token. out[0..k) gets the k tokens
-   produced (the last is not decoded); returns k. A failing decode stores its status in *status
-   and ends the run (k counts the tokens produced before it). One call per run instead of a
-   Python round trip per token. (llama.cpp's backend sampler would do the argmax inside the graph,
-   but on a CPU it measured slower than this one pass over the logits.) */
+/* Greedy generation of sequence `seq`: decode `token` at position `pos`, take the argmax of its
+   logits (after the logit biases), decode that at the next position, ... `n` times or until an
+   end-of-generation token. out[0..k) gets the k tokens produced (the last is not decoded); returns
+   k. A failing decode stores its status in *status and ends the run (k counts the tokens produced
+   before it). One call per run instead of a Python round trip per token. (llama.cpp's backend
+   sampler would do the argmax inside the graph, but on a CPU it measured slower than this one pass
+   over the logits.) */
 int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_vocab * vocab,
-                             llama_token token, int32_t n, llama_token * out, int32_t * status,
+                             llama_token token, llama_pos pos, llama_seq_id seq, int32_t n,
+                             llama_token * out, int32_t * status,
                              int32_t n_vocab, const int32_t * ids, const float * bias, int32_t n_bias) {
-    llama_token cur = token;
-    struct llama_batch batch = llama_batch_get_one(&cur, 1);
-    *status = 0;
-    for (int32_t i = 0; i < n; ++i) {
-        int32_t rc = llama_ffi_decode(ctx, batch);
-        if (rc != 0) { *status = rc; return i; }
-        cur = llama_ffi_argmax(ctx, -1, n_vocab, ids, bias, n_bias);
-        out[i] = cur;
-        if (llama_vocab_is_eog(vocab, cur)) return i + 1;
-    }
-    return n;
-}
-
-/* The same for sequence `seq` of a context shared by several (the engine's slots): `token` goes at
-   position `pos`, each produced token at the next one. */
-int32_t llama_ffi_greedy_run_seq(struct llama_context * ctx, const struct llama_vocab * vocab,
-                                 llama_token token, llama_pos pos, llama_seq_id seq, int32_t n,
-                                 llama_token * out, int32_t * status,
-                                 int32_t n_vocab, const int32_t * ids, const float * bias, int32_t n_bias) {
     llama_token cur = token;
     llama_pos at = pos;
     int32_t n_seq = 1;

@@ -1,6 +1,9 @@
 """Completion: prompt → tokens → decode/sample loop → OpenAI-shaped result or stream of chunks.
 
-``generate_events`` is the loop; ``create_completion`` shapes what it yields. Stop strings are
+``generate_events`` is the loop of a Llama whose requests run alone (speculative decoding,
+``logits_all``; every other request goes through ``llama_ffi.high.engine``, whose per-token step is
+``engine.choices``); ``create_completion`` shapes what it yields. ``prepare`` checks and tokenizes a
+request for either. Stop strings are
 matched on decoded text, and text that could still become a stop string is held back, so a stop
 string never leaks into the output, also when it spans several tokens.
 """
@@ -16,8 +19,10 @@ import numpy as np
 
 from llama_ffi import lib
 from llama_ffi.high.compat import completion_options as compat_options
-from llama_ffi.high.greedy_run import GreedyRun
+from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.high.infill import prompt_tokens as infill_tokens
 from llama_ffi.high.interrupt import sigint_stops_compute
+from llama_ffi.high.multimodal import MediaPrompt
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpeculativeStats, SpeculativeStepper, log_stats
 from llama_ffi.high.tokenizer import TextStream
@@ -146,12 +151,7 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     history = stepper.visible if stepper else (lambda: engine.tokens)
     has_stops = bool(settings.stop)
     produced = 0
-    run = None
     try:
-        if (not (processors or criteria or want_logprobs or stepper) and chain.greedy_bias is not None
-                and not getattr(engine, "_logits_all", False)):
-            run = GreedyRun(engine, budget, chain)  # greedy: decode in runs, one C call each
-            sample, advance = run.sample, run.advance
         engine.use_adapters(settings.adapters)
         engine.eval_prompt(prompt)
         if stepper:
@@ -213,8 +213,6 @@ def generate_events(engine, prompt: list[int], settings: GenerationSettings,
     finally:
         chain.close()
         owns_context = lease is None or lease.holds_context
-        if run and owns_context:
-            run.finish()
         if stepper:
             if owns_context:
                 stepper.finish()
@@ -345,8 +343,6 @@ def prepare(llm, prompt, *, max_tokens: int | None = 16, stop=None, echo: bool =
             control_vector=None, n: int = 1, suffix: str | None = None, sampling: dict | None = None) -> Prepared:
     """Check everything before any decoding (a stream fails here, not at its first chunk)."""
     from llama_ffi.high.engine.choices import check_n, prompt_list  # the engine imports this module
-    from llama_ffi.high.grammar import LlamaGrammar
-    from llama_ffi.high.infill import prompt_tokens as infill_tokens
 
     sampling = dict(sampling or {})
     compat_options(sampling)
@@ -376,8 +372,6 @@ def prepare(llm, prompt, *, max_tokens: int | None = 16, stop=None, echo: bool =
 
 def prompt_tokens(llm, prompt, echo: bool) -> tuple[list[int], str]:
     """A prompt's tokens (BOS alone for an empty one) and, with ``echo``, its text."""
-    from llama_ffi.high.multimodal import MediaPrompt
-
     if isinstance(prompt, MediaPrompt):
         return prompt, ""
     if isinstance(prompt, (str, bytes)):

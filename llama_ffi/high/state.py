@@ -79,7 +79,7 @@ def read(state: bytes | bytearray | str | os.PathLike) -> bytes:
 def save(llm, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
     """The main sequence's state (KV cache) with the tokens it holds: returned as bytes (with
     llama-cpp-python's LlamaState attributes), or written to ``path``. ``load`` takes either."""
-    with llm.single() as _:
+    with llm.single():
         main = llm._main
         tokens = list(main.tokens)
         selection = (main.selection if llm.engine is not None else llm.adapters.applied) if tokens else None
@@ -125,7 +125,7 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
     tokens = header["tokens"]
     spans = _check_cells(llm, tokens, header.get("media_spans") or [])
     selection = _selection(llm, header)
-    with llm.single(idle=whole_context) as _:
+    with llm.single(idle=whole_context):
         if whole_context:
             if llm.engine is not None:
                 llm.engine.slots.forget_all()

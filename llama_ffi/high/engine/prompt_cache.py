@@ -27,6 +27,8 @@ class Entry:
 
     def __init__(self, tokens: list[int], spans: list, selection_key: str, data: bytes) -> None:
         self.tokens, self.spans, self.selection_key, self.data = tokens, spans, selection_key, data
+        self.size = len(data)           # bytes stored (on disk, once ``data`` is dropped)
+        self.path: Path | None = None   # a disk cache's file
 
     @property
     def key(self) -> str:
@@ -48,7 +50,7 @@ class LlamaCache:
     @property
     def cache_size(self) -> int:
         """Bytes stored (llama-cpp-python's name)."""
-        return sum(len(e.data) for e in self._entries.values())
+        return sum(e.size for e in self._entries.values())
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -94,6 +96,7 @@ class LlamaCache:
             return
         entry.data = state_format.encode(slot.tokens, slot.media_spans, slot.selection,
                                          context.seq_state_bytes(slot.seq))
+        entry.size = len(entry.data)
         self.store(entry)
 
     def restore(self, context, slot, entry: Entry, selection) -> None:
@@ -130,14 +133,10 @@ class LlamaDiskCache(LlamaCache):
             entry.size, entry.path = path.stat().st_size, path
             self._entries[entry.key] = entry
 
-    @property
-    def cache_size(self) -> int:
-        return sum(getattr(e, "size", len(e.data)) for e in self._entries.values())
-
     def _written(self, entry: Entry) -> None:
         entry.path = self.cache_dir / f"{entry.key}{self.SUFFIX}"
         state_format.write(entry.path, entry.data)
-        entry.size, entry.data = len(entry.data), b""  # on disk only
+        entry.data = b""  # on disk only
 
     def _dropped(self, entry: Entry) -> None:
         entry.path.unlink(missing_ok=True)

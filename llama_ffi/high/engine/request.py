@@ -1,8 +1,9 @@
 """A request as the scheduler sees it, and the channel its results travel through to the caller.
 
-The scheduler's thread puts ``(choice index, event)`` items (``None`` for "this choice finished")
-and, at the end, ``DONE`` or an exception. A caller waits in a thread (``get``) or in asyncio
-(``aget``, which never blocks the event loop). A streamed request lets at most ``AHEAD`` items
+The steps put ``(choice index, event)`` items (``None`` for "this choice finished") and, at the
+end, ``DONE`` or an exception. A caller in a thread takes them (``get_nowait``, running steps
+meanwhile: ``Engine.next_item``), one in asyncio awaits them (``aget``, which never blocks the event
+loop). A streamed request lets at most ``AHEAD`` items
 wait unread: its choices then sit out the steps until the caller reads, keeping their slots.
 """
 
@@ -77,17 +78,6 @@ class Channel:
                     counts[item[0]] = counts.get(item[0], 0) + 1
         return counts
 
-    def get(self, timeout: float | None = None):
-        with self._cond:
-            while not self._items:
-                if not self._cond.wait(timeout):
-                    raise TimeoutError
-            item = self._items.popleft()
-            full = len(self._items) + 1 >= AHEAD
-        if full:
-            self._wake()
-        return item
-
     async def aget(self):
         while True:
             with self._cond:
@@ -112,16 +102,17 @@ def _resolve(future: asyncio.Future) -> None:
 class Request:
     """The groups of one call, where their results go, and whether the caller still wants them."""
 
-    def __init__(self, groups: list, settings, streamed: bool, wake, interruptible: bool) -> None:
+    def __init__(self, groups: list, settings, streamed: bool, wake, in_asyncio: bool) -> None:
         self.groups = groups
         self.settings = settings
         self.streamed = streamed
         self.channel = Channel(wake)
-        self.interruptible = interruptible  # Ctrl-C in the caller's thread stops it
+        self.in_asyncio = in_asyncio         # its caller cannot run steps (see Engine.submit)
+        # Ctrl-C reaches a request through the C flag only where the main thread waits for it.
+        self.interruptible = not in_asyncio and threading.current_thread() is threading.main_thread()
         self.cancelled = False
         self.cancel_reason = "the request was cancelled"
         self.finished = False
-        self.in_asyncio = False
         self.reaped = threading.Event()       # its choices have left their slots
         self.live = sum(len(g.choices) for g in groups)
         for g in groups:

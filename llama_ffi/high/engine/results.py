@@ -8,7 +8,6 @@ choice's text; the last chunk of every choice has its ``finish_reason``, the ver
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 
@@ -29,9 +28,7 @@ class Call:
         self.n, self.echo_texts, self.model_name = n, list(echo_texts), model_name
         self.settings = settings
         groups = build_groups(ctx, prompts, n, settings, ctx.n_seq_max, ctx.n_ctx_seq)
-        # Ctrl-C reaches a request through the C flag only where the main thread waits for it.
-        interruptible = not in_asyncio and threading.current_thread() is threading.main_thread()
-        self.request = Request(groups, settings, streamed, self.engine.wake, interruptible)
+        self.request = Request(groups, settings, streamed, self.engine.wake, in_asyncio)
         self.choices = sorted(self.request.choices, key=lambda c: c.index)
         self.n_prompt = sum(len(p) for p in prompts)
         self.cid, self.created = completion_id(), int(time.time())
@@ -124,7 +121,7 @@ def items(call: Call) -> Iterator[tuple]:
 
 async def aitems(call: Call) -> AsyncIterator[tuple]:
     engine, request = call.engine, call.request
-    engine.submit(request, in_asyncio=True)
+    engine.submit(request)
     try:
         while True:
             item = await request.channel.aget()

@@ -92,15 +92,14 @@ class Engine:
         self._run_status = ffi.new("int32_t[1]")
 
     # ---- the callers' side -----------------------------------------------------------------------
-    def submit(self, request: Request, in_asyncio: bool = False) -> None:
-        """Queue ``request``; its caller then drives (``drive``), or with ``in_asyncio`` the engine's
-        thread does."""
+    def submit(self, request: Request) -> None:
+        """Queue ``request``; its caller then drives (``drive``), or for an asyncio caller the
+        engine's thread does."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("this Llama has been closed")
             self._waiting.extend(request.groups)
-            if in_asyncio:
-                request.in_asyncio = True
+            if request.in_asyncio:
                 self._async_requests += 1
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="llama-ffi-engine", daemon=True)
@@ -229,7 +228,7 @@ class Engine:
             while self._thread is not None and self._thread is not me and not sys.is_finalizing():
                 self._cond.wait(0.1)
 
-    # ---- the scheduler's thread ---------------------------------------------------------------------
+    # ---- steps ---------------------------------------------------------------------
     def _requests(self) -> list[Request]:
         seen: dict[int, Request] = {}
         for g in list(self._waiting) + self._evaluating:
@@ -510,8 +509,8 @@ class Engine:
             n = max(1, min(n, AHEAD - len(request.channel)))
         ids, biases, n_bias = c.chain.greedy_bias
         base = len(slot.tokens)
-        got = lib.llama_ffi_greedy_run_seq(ctx.ptr, ctx.model.vocab_ptr, c.next_token, base, slot.seq, n,
-                                           self._run_out, self._run_status, ctx.n_vocab, ids, biases, n_bias)
+        got = lib.llama_ffi_greedy_run(ctx.ptr, ctx.model.vocab_ptr, c.next_token, base, slot.seq, n,
+                                       self._run_out, self._run_status, ctx.n_vocab, ids, biases, n_bias)
         if ctx.remote is not None:
             ctx.remote.check()  # before the run's tokens count: they are garbage then
         if got:
@@ -560,7 +559,7 @@ class Engine:
                 request.channel.put(DONE)
         else:
             request.fail(error)
-        if getattr(request, "in_asyncio", False):
+        if request.in_asyncio:
             with self._cond:
                 self._async_requests -= 1
         request.close()
