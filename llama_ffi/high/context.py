@@ -214,8 +214,7 @@ class Context:
         inside the window of the next position (llama-server's rule): reusing it would attend to
         nothing there, silently."""
         if keep < len(cached):
-            window = max(1, self.model.n_swa)
-            if keep > 0 and self.seq_pos_min(seq) > max(0, keep - window):
+            if not self.holds_window(seq, keep):
                 keep = 0
             if not self.seq_rm(seq, keep, -1):
                 self.seq_rm(seq, -1, -1)
@@ -223,8 +222,14 @@ class Context:
         del cached[keep:]
         return keep
 
+    def holds_window(self, seq: int, keep: int) -> bool:
+        """Whether sequence ``seq`` still holds the cells that a position after its first ``keep``
+        attends to: a sliding-window cache (``swa_full=False``) drops those outside the window."""
+        window = max(1, self.model.n_swa)
+        return keep == 0 or self.seq_pos_min(seq) <= max(0, keep - window)
+
     def check_positions(self, cached: list[int], seq: int = 0) -> None:
-        """With ``LLAMA_FFI_CHECK_CACHE=1`` (the test suite sets it): sequence 0's highest position
+        """With ``LLAMA_FFI_CHECK_CACHE=1`` (the test suite sets it): sequence ``seq``'s highest position
         must be the last one ``cached`` accounts for, so a bookkeeping error fails loudly instead
         of answering from a wrong cache. (After a media chunk, M-RoPE models place its cells below
         the positions it occupies, so only "not above" holds there.)"""

@@ -466,8 +466,7 @@ class Llama:
     @property
     def memory_is_recurrent(self) -> bool:
         """Recurrent or hybrid memory: a cache that cannot be cut at a position."""
-        ptr = self._model.ptr
-        return bool(lib.llama_model_is_recurrent(ptr) or lib.llama_model_is_hybrid(ptr))
+        return self._model.memory_is_recurrent
 
     def restore_seq_state(self, data: bytes, n_tokens: int) -> None:
         """Restore sequence 0 from ``Context.seq_state_bytes``, taken when it held ``n_tokens``."""

@@ -256,6 +256,11 @@ class Model:
         return lib.llama_model_n_embd(self.ptr)
 
     @property
+    def memory_is_recurrent(self) -> bool:
+        """Recurrent or hybrid memory: a cache that cannot be cut at a position."""
+        return bool(lib.llama_model_is_recurrent(self.ptr) or lib.llama_model_is_hybrid(self.ptr))
+
+    @property
     def n_swa(self) -> int:
         """The sliding attention window (0: none)."""
         return lib.llama_model_n_swa(self.ptr)

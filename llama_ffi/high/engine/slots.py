@@ -63,8 +63,7 @@ class SlotTable:
         self.shared_cells = context.n_ctx_seq == context.n_ctx
         # A prefix can be copied into another slot (cells shared): one pool of attention cells only
         # (llama.cpp copies between separate pools, or recurrent states, only whole).
-        model = context.model.ptr
-        self.can_fork = self.shared_cells and not (lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model))
+        self.can_fork = self.shared_cells and not context.model.memory_is_recurrent
 
     def idle(self) -> list[Slot]:
         return [s for s in self.slots if s.owner is None]
@@ -87,9 +86,8 @@ class SlotTable:
         # among equal prefixes, the slot that loses the fewest cached positions, then the oldest
         slot = min((s for p, s in scored if p == best), key=lambda s: (len(s.tokens), s.last_used, s.seq))
         empty = next((s for s in candidates if not s.tokens), None)
-        window = max(1, self.context.model.n_swa)  # a sliding window must still hold the prefix's end
         if (self.can_fork and empty is not None and len(slot.tokens) - best > best
-                and self.context.seq_pos_min(slot.seq) <= max(0, best - window)):
+                and self.context.holds_window(slot.seq, best)):
             lib.llama_memory_seq_cp(self.context.memory, slot.seq, empty.seq, 0, best)
             empty.tokens = slot.tokens[:best]
             empty.media_spans = [sp for sp in slot.media_spans if sp[0] + sp[1] <= best]
