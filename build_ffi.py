@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from tools.gen import Bindings, GenerationError, generate  # noqa: E402
 from tools.gen.coverage import measure  # noqa: E402
 from tools.gen.headers import BOUND_HEADERS, include_dirs  # noqa: E402
-from tools.gen.symbols import exported_functions  # noqa: E402
+from tools.gen.symbols import exported_functions, gnu_build_id, is_backend_module  # noqa: E402
 from tools.vendor import Tree, materialise  # noqa: E402
 
 HEADERS_DIR = REPO_ROOT / "headers"
@@ -49,8 +49,11 @@ int32_t llama_ffi_argmax(struct llama_context *, int32_t, int32_t, const int32_t
 static const char *const LLAMA_FFI_BUILD_COMMIT;
 static const int LLAMA_FFI_BUILD_NUMBER;
 static const char *const LLAMA_FFI_CDEF_SHA256;
-static const char *const LLAMA_FFI_LIBRARY_SHA256;
+static const char *const LLAMA_FFI_LIBRARY_ID;
+static const int LLAMA_FFI_BACKEND_DL;
 int llama_ffi_libllama_path(char *, size_t);
+int llama_ffi_libllama_build_id(unsigned char *, size_t);
+int llama_ffi_library_of(void *, char *, size_t);
 int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, llama_pos, llama_seq_id, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
 """
 
@@ -90,15 +93,59 @@ GLUE_C = r"""
 /* dladdr: declared with _GNU_SOURCE, which Python.h (included first by cffi) defines */
 #include <dlfcn.h>
 #include <string.h>
-/* The file the loaded libllama comes from (dladdr on one of its functions): the import guard
-   checks that file. */
-int llama_ffi_libllama_path(char * out, size_t size) {
+/* The file a loaded function comes from (dladdr): the import guard checks libllama's, and
+   build_info() names the CPU module that ggml chose. */
+int llama_ffi_library_of(void * address, char * out, size_t size) {
     Dl_info info;
-    if (!dladdr((void *)&llama_backend_init, &info) || info.dli_fname == NULL) return -1;
+    if (address == NULL || !dladdr(address, &info) || info.dli_fname == NULL) return -1;
     strncpy(out, info.dli_fname, size - 1);
     out[size - 1] = 0;
     return 0;
 }
+int llama_ffi_libllama_path(char * out, size_t size) {
+    return llama_ffi_library_of((void *)&llama_backend_init, out, size);
+}
+/* The GNU build ID of the loaded libllama, read from its notes in memory: the linker's hash of
+   the library's contents, which patchelf and auditwheel (rewriting run paths) leave unchanged.
+   Returns the ID's length, 0 when it has none, -1 where this cannot be read. */
+#if defined(__linux__)
+#include <link.h>
+struct llama_ffi_note_search { const void * base; unsigned char * out; size_t size; int found; };
+static int llama_ffi_find_build_id(struct dl_phdr_info * info, size_t n, void * data) {
+    struct llama_ffi_note_search * s = data;
+    (void)n;
+    if ((const void *)info->dlpi_addr != s->base) return 0;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr) * ph = &info->dlpi_phdr[i];
+        size_t align = ph->p_align == 8 ? 8 : 4;
+        if (ph->p_type != PT_NOTE) continue;
+        const char * p = (const char *)(info->dlpi_addr + ph->p_vaddr);
+        const char * end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) * note = (const ElfW(Nhdr) *)p;
+            const char * name = p + sizeof *note;
+            const unsigned char * desc = (const unsigned char *)name + ((note->n_namesz + align - 1) & ~(align - 1));
+            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                size_t k = note->n_descsz < s->size ? note->n_descsz : s->size;
+                memcpy(s->out, desc, k);
+                s->found = (int)k;
+                return 1;
+            }
+            p = (const char *)desc + ((note->n_descsz + align - 1) & ~(align - 1));
+        }
+    }
+    return 1;
+}
+int llama_ffi_libllama_build_id(unsigned char * out, size_t size) {
+    Dl_info info;
+    if (!dladdr((void *)&llama_backend_init, &info)) return -1;
+    struct llama_ffi_note_search search = { info.dli_fbase, out, size, 0 };
+    dl_iterate_phdr(llama_ffi_find_build_id, &search);
+    return search.found;
+}
+#else
+int llama_ffi_libllama_build_id(unsigned char * out, size_t size) { (void)out; (void)size; return -1; }
+#endif
 #include <signal.h>
 static volatile sig_atomic_t llama_ffi_sigint_flag = 0;
 static struct sigaction llama_ffi_sigint_previous;
@@ -250,12 +297,22 @@ def cdef_for_module(bindings: Bindings, exported: set[str]) -> str:
 
 
 def library_fingerprint(lib_dir: Path) -> str:
-    """sha256 of the libllama this module is linked against (the guard compares it at import)."""
-    return hashlib.sha256((lib_dir / "libllama.so").read_bytes()).hexdigest()
+    """What the import guard compares: ``build-id:HEX``, the GNU build ID of the libllama this
+    module is linked against (it survives auditwheel's run-path rewrite), else ``sha256:HEX`` of
+    the file."""
+    path = lib_dir / "libllama.so"
+    build_id = gnu_build_id(path)
+    return f"build-id:{build_id}" if build_id else f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
 
 
 def libraries_in(lib_dir: Path) -> list[Path]:
-    return sorted(p for p in lib_dir.glob("lib*.so") if p.is_file())
+    """The libraries the module links: every built one but the backend modules (a
+    ``GGML_BACKEND_DL`` build), which ggml dlopens itself and picks among at run time."""
+    return sorted(p for p in lib_dir.glob("lib*.so") if p.is_file() and not is_backend_module(p))
+
+
+def has_backend_modules(lib_dir: Path) -> bool:
+    return any(is_backend_module(p) for p in lib_dir.glob("lib*.so") if p.is_file())
 
 
 def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path, exported: set[str]):
@@ -269,7 +326,8 @@ def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path, exported: set[st
     build_info = (f'static const char *const LLAMA_FFI_BUILD_COMMIT = "{tree.commit}";\n'
                   f"static const int LLAMA_FFI_BUILD_NUMBER = {tree.build_number};\n"
                   f'static const char *const LLAMA_FFI_CDEF_SHA256 = "{digest}";\n'
-                  f'static const char *const LLAMA_FFI_LIBRARY_SHA256 = "{library_fingerprint(lib_dir)}";\n')
+                  f'static const char *const LLAMA_FFI_LIBRARY_ID = "{library_fingerprint(lib_dir)}";\n'
+                  f"static const int LLAMA_FFI_BACKEND_DL = {int(has_backend_modules(lib_dir))};\n")
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     ffi.set_source(

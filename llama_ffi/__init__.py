@@ -1,8 +1,9 @@
 """llama-ffi: llama.cpp bindings generated from its headers and checked by the C compiler.
 
 ``from llama_ffi import ffi, lib`` gives the whole public C API (llama.h, ggml*.h, gguf.h,
-mtmd.h); ``llama_ffi.high`` is the high-level API. The backend is initialised once, on import,
-and native logs go to the ``llama_ffi`` logger.
+mtmd.h); ``llama_ffi.high`` is the high-level API. The backend is initialised once, on import
+(a portable build first loads its backend modules from the package's ``lib/`` folder), and native
+logs go to the ``llama_ffi`` logger.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "(or `python setup.py build_ext --inplace` in a source checkout)"
     ) from exc
 
-from llama_ffi import _logging
+from llama_ffi import _logging, backends as _backends
 from llama_ffi._guard import check_libraries as _check_libraries
 
 __version__ = "0.1.0"
@@ -25,6 +26,7 @@ __all__ = ["ffi", "lib", "build_info", "__version__"]
 
 _check_libraries()
 _logging.install()
+_backends.load_modules()
 lib.llama_backend_init()
 
 
@@ -42,11 +44,18 @@ def __getattr__(name: str):
 
 
 def build_info() -> dict[str, object]:
-    """What this module was built from and what the loaded libraries report."""
+    """What this module was built from, what the loaded libraries report, and which backends and
+    devices run: ``cpu_variant`` is the CPU module ggml chose in a portable build (``haswell``,
+    ``zen4``, ...), ``native`` in one built for its machine."""
     return {
         "llama_cpp_commit": ffi.string(lib.LLAMA_FFI_BUILD_COMMIT).decode(),
         "llama_cpp_build_number": lib.LLAMA_FFI_BUILD_NUMBER,
         "cdef_sha256": ffi.string(lib.LLAMA_FFI_CDEF_SHA256).decode(),
         "llama_version": ffi.string(lib.llama_version()).decode(),
         "system_info": ffi.string(lib.llama_print_system_info()).decode(),
+        "backend_modules": _backends.modules_built(),
+        "backends": _backends.backend_names(),
+        "cpu_variant": _backends.cpu_variant(),
+        "cpu_library": _backends.cpu_library(),
+        "devices": _backends.devices(),
     }

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from llama_ffi import ffi, lib
+from llama_ffi import backends, ffi, lib
 from llama_ffi.devices import device_by_name
 
 DEFAULT_HOST = "127.0.0.1"
@@ -359,6 +359,11 @@ class Relay:
 
 
 # ---- devices for a model -----------------------------------------------------------------------
+def _add_server(endpoint: bytes):
+    add_server = backends.function("RPC", "ggml_backend_rpc_add_server", "ggml_backend_reg_t (*)(const char *)")
+    return add_server(endpoint)
+
+
 class RpcDevices:
     """The devices of ``servers``, for ``llama_model_params.devices``: every worker's devices
     first (as llama.cpp orders them, to keep network transfers few), then local GPUs."""
@@ -376,7 +381,7 @@ class RpcDevices:
             for endpoint in self.servers:
                 relay = Relay(endpoint, timeout)
                 self.relays.append(relay)
-                reg = lib.ggml_backend_rpc_add_server(relay.endpoint.encode())
+                reg = _add_server(relay.endpoint.encode())
                 self.check()
                 if reg == ffi.NULL:
                     raise RpcError(f"RPC server {endpoint} offers no devices")
@@ -462,7 +467,9 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, threads: int | Non
         cache = os.fsencode(cache_dir)
     arr = ffi.new("ggml_backend_dev_t[]", devs)
     endpoint = f"{host}:{port}".encode()
-    server = threading.Thread(target=lib.ggml_backend_rpc_start_server, daemon=True, name="rpc-server",
+    start_server = backends.function("RPC", "ggml_backend_rpc_start_server",
+                                     "void (*)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *)")
+    server = threading.Thread(target=start_server, daemon=True, name="rpc-server",
                               args=(endpoint, cache if cache is not None else ffi.NULL, threads, len(devs), arr))
     server.start()
     names = ", ".join(ffi.string(lib.ggml_backend_dev_name(d)).decode() for d in devs)

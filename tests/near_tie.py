@@ -20,18 +20,26 @@ GAP_TEXT = ("The history of the city begins in the early middle ages, when a sma
             "around the river crossing. Merchants came from the north and the south.")
 
 
+def stepwise_logits(llm, text: str = GAP_TEXT) -> np.ndarray:
+    """The logits after each token of ``text``, decoded one token at a time from a fresh cache."""
+    tokens = llm.tokenize(text)
+    llm.reset()
+    llm.eval_prompt(tokens[:1])
+    rows = [llm.logits().copy()]
+    for t in tokens[1:]:
+        llm.eval_token(t)
+        rows.append(llm.logits().copy())
+    llm.reset()
+    return np.stack(rows)
+
+
 @cache
 def _gap(model_path: str, n_ctx: int) -> float:
     from llama_ffi.high import Llama
 
     with Llama(model_path, n_ctx=n_ctx, progress=False) as llm:
         tokens = llm.tokenize(GAP_TEXT)
-        llm.eval_prompt(tokens[:1])
-        single = [llm.logits().copy()]
-        for t in tokens[1:]:
-            llm.eval_token(t)
-            single.append(llm.logits().copy())
-        llm.reset()
+        single = stepwise_logits(llm)
         llm._decode(tokens, 0, logits="all")
         return max(float(np.abs(s - llm.context.logits(i)).max()) for i, s in enumerate(single))
 
@@ -106,6 +114,13 @@ def parallel_bound(llm, n_seq: int = 6) -> float:
 
 def bound(llm) -> float:
     return 2.0 * gap(llm) + FLOOR
+
+
+def bound_across(llm, other: np.ndarray) -> float:
+    """The near-tie bound between ``llm`` and another build or device of the same model, whose
+    ``stepwise_logits`` are ``other``: twice the larger of their measured difference and ``llm``'s
+    batch gap, plus FLOOR."""
+    return 2.0 * max(float(np.abs(stepwise_logits(llm) - other).max()), gap(llm)) + FLOOR
 
 
 def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **sampling) -> list[tuple[int, int, float]]:

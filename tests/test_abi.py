@@ -286,7 +286,9 @@ def test_guard_refuses_another_build():
 
     _guard.check_libraries()  # the real build passes
     with pytest.raises(ImportError, match="another llama.cpp build"):
-        _guard.check_libraries(expected_sha256="0" * 64)  # a faked build record
+        _guard.check_libraries(expected_id="build-id:" + "0" * 40)  # a faked build record
+    with pytest.raises(ImportError, match="another llama.cpp build"):
+        _guard.check_libraries(expected_id="sha256:" + "0" * 64)
     if _guard.loaded_commit() != "unknown":
         with pytest.raises(ImportError, match="another llama.cpp build"):
             _guard.check_libraries(expected="deadbeefcafe0000")
@@ -296,17 +298,21 @@ def test_guard_refuses_another_build():
 
 
 def test_guard_refuses_a_libllama_from_another_build_on_the_library_path(tmp_path):
-    """Another libllama first on LD_LIBRARY_PATH: a copy of ours with bytes appended (it loads
-    and runs like the original, but it is not the file this module was built against)."""
+    """Another libllama first on LD_LIBRARY_PATH: a copy of ours with another build ID (it loads
+    and runs like the original, but the linker would give another build another ID)."""
     import os
     import shutil
 
     import llama_ffi
+    from tools.gen.symbols import gnu_build_id
 
     for lib_file in (Path(llama_ffi.__file__).parent / "lib").glob("*.so"):
         shutil.copy(lib_file, tmp_path / lib_file.name)
-    with open(tmp_path / "libllama.so", "ab") as f:
-        f.write(b"\0 another build")
+    copy = tmp_path / "libllama.so"
+    ours = bytes.fromhex(gnu_build_id(copy))
+    assert ours and copy.read_bytes().count(ours) == 1
+    copy.write_bytes(copy.read_bytes().replace(ours, bytes(b ^ 0xFF for b in ours)))
+    assert gnu_build_id(copy) != ours.hex()
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
     run = subprocess.run([sys.executable, "-c", "import llama_ffi"], cwd=REPO, env=env,
                          capture_output=True, text=True)

@@ -1,7 +1,11 @@
 """Build llama.cpp's shared libraries (llama, ggml*, mtmd) with CMake into a persistent build dir.
 
 An unchanged rebuild only re-runs ninja's up-to-date check. ``CMAKE_ARGS`` from the environment
-passes through (e.g. ``-DGGML_CUDA=ON``); ``LLAMA_FFI_PORTABLE=1`` turns ``GGML_NATIVE`` off.
+passes through (e.g. ``-DGGML_CUDA=ON``). ``LLAMA_FFI_PORTABLE=1`` builds what a wheel ships:
+``GGML_NATIVE=OFF``, backends as loadable modules (``GGML_BACKEND_DL``) and one CPU module per
+instruction-set level (``GGML_CPU_ALL_VARIANTS``), of which ggml loads the best at run time; it
+builds into ``build/llama.cpp-portable`` so the native build stays. ``LLAMA_FFI_BUILD_DIR`` names
+another build folder (e.g. one per ``CMAKE_ARGS`` set).
 
 Usage::
 
@@ -22,6 +26,7 @@ from pathlib import Path
 from tools.vendor import REPO_ROOT, Tree, materialise
 
 DEFAULT_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp"
+PORTABLE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-portable"
 TARGETS = ("llama", "ggml", "mtmd")
 
 
@@ -43,8 +48,19 @@ def _require_tools() -> dict[str, str]:
     return {"cmake": found["cmake"], "ninja": found["ninja"]}
 
 
+def portable() -> bool:
+    return os.environ.get("LLAMA_FFI_PORTABLE", "").lower() in ("1", "true", "on", "yes")
+
+
+def build_dir() -> Path:
+    """Where ``build()`` builds: ``LLAMA_FFI_BUILD_DIR``, else one folder per build kind."""
+    chosen = os.environ.get("LLAMA_FFI_BUILD_DIR")
+    if chosen:
+        return Path(chosen).resolve()
+    return PORTABLE_BUILD_DIR if portable() else DEFAULT_BUILD_DIR
+
+
 def cmake_args(tree: Tree) -> list[str]:
-    portable = os.environ.get("LLAMA_FFI_PORTABLE", "").lower() in ("1", "true", "on", "yes")
     args = [
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=ON",
@@ -58,7 +74,7 @@ def cmake_args(tree: Tree) -> list[str]:
         "-DLLAMA_OPENSSL=OFF",
         # ggml's RPC backend (small): models spread over `rpc-server` workers on other machines.
         "-DGGML_RPC=ON",
-        f"-DGGML_NATIVE={'OFF' if portable else 'ON'}",
+        f"-DGGML_NATIVE={'OFF' if portable() else 'ON'}",
         f"-DLLAMA_BUILD_NUMBER={tree.build_number}",
         f"-DLLAMA_BUILD_COMMIT={tree.commit[:12]}",
         # One plain file per library, found next to each other through $ORIGIN.
@@ -67,7 +83,12 @@ def cmake_args(tree: Tree) -> list[str]:
         "-DCMAKE_INSTALL_RPATH=$ORIGIN",
         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
     ]
-    if not portable and platform.machine().lower() in ("x86_64", "amd64"):
+    if portable():
+        # Every backend a module that ggml_backend_load_all_from_path() finds in the package's
+        # lib folder; the CPU backend once per x86 level (x64, SSE4.2, AVX, AVX2, AVX-512, ...),
+        # each scoring itself against the running CPU so that the best one loads.
+        args += ["-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"]
+    elif platform.machine().lower() in ("x86_64", "amd64"):
         # -march=native would turn on ggml's AMX matmul on CPUs that have it, and at this pin that
         # path crashes on Q4_0/Q4_1 batches (SIGSEGV in ggml_backend_amx_mul_mat; llama.cpp issue
         # 20824, PR 16315). An explicit -mno-* beats -march=native whatever the order.
@@ -82,36 +103,36 @@ def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
         raise NativeBuildError(f"{what} failed (command above); see its output")
 
 
-def _configure_and_build(tree: Tree, build_dir: Path, args: list[str], targets: tuple[str, ...],
+def _configure_and_build(tree: Tree, folder: Path, args: list[str], targets: tuple[str, ...],
                          jobs: int | None, what: str) -> Path:
-    """Configure when the arguments changed, then build ``targets``; return ``build_dir/bin``."""
+    """Configure when the arguments changed, then build ``targets``; return ``folder/bin``."""
     tools = _require_tools()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    stamp = build_dir / ".llama-ffi-configure"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = folder / ".llama-ffi-configure"
     # pip's isolated builds bring their own cmake/ninja from a temporary folder: a changed tool
     # path re-runs the (quick) configure so the cache never points at a deleted program.
     wanted = "\n".join([str(tree.path), tree.label, tools["cmake"], tools["ninja"], "git-ceiling", *args])
     previous = stamp.read_text() if stamp.is_file() else ""
-    if previous.split("\n")[:2] != wanted.split("\n")[:2] and build_dir.exists():
+    if previous.split("\n")[:2] != wanted.split("\n")[:2] and folder.exists():
         # Another tree (a bump): its files keep the archive's old mtimes, so ninja would keep
         # objects of the previous tree. Start from an empty build folder.
-        shutil.rmtree(build_dir)
-        build_dir.mkdir(parents=True)
-    if not (previous == wanted and (build_dir / "build.ninja").is_file()):
+        shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+    if not (previous == wanted and (folder / "build.ninja").is_file()):
         # A tree without its own .git (an sdist) sits inside our checkout: stop git there, or
         # ggml's CMake would record *our* commit as llama.cpp's (and the import guard refuse it).
         env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.path.parent))
-        _run([tools["cmake"], "-S", str(tree.path), "-B", str(build_dir), "-G", "Ninja",
+        _run([tools["cmake"], "-S", str(tree.path), "-B", str(folder), "-G", "Ninja",
               f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], f"CMake configure ({what})", env)
         stamp.write_text(wanted)
-    _run([tools["cmake"], "--build", str(build_dir), "--target", *targets,
+    _run([tools["cmake"], "--build", str(folder), "--target", *targets,
           "-j", str(jobs or os.cpu_count() or 2)], f"CMake build ({what})")
-    return build_dir / "bin"
+    return folder / "bin"
 
 
-def build(tree: Tree, build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = None) -> Path:
+def build(tree: Tree, into: Path | None = None, jobs: int | None = None) -> Path:
     """The shared libraries the package ships; returns the folder holding them."""
-    return _configure_and_build(tree, build_dir, cmake_args(tree), TARGETS, jobs, "libraries")
+    return _configure_and_build(tree, into or build_dir(), cmake_args(tree), TARGETS, jobs, "libraries")
 
 
 REFERENCE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-reference"
@@ -132,8 +153,16 @@ def build_reference_tools(tree: Tree, targets: tuple[str, ...] = REFERENCE_TOOLS
     return _configure_and_build(tree, build_dir, args, targets, None, "reference tools")
 
 
+# CPU modules of a GGML_CPU_ALL_VARIANTS build that the package does not ship, and why. Without
+# it, a Sapphire Rapids CPU loads the best remaining module (AVX-512 with VNNI and BF16).
+LEFT_OUT_MODULES = {
+    "libggml-cpu-sapphirerapids.so": "its AMX matmul crashes on Q4_0/Q4_1 batches at this pin (see cmake_args)",
+}
+
+
 def shared_libraries(lib_dir: Path) -> list[Path]:
-    libs = sorted(p for p in lib_dir.glob("lib*.so") if p.is_file())
+    """The libraries the package ships from ``lib_dir``."""
+    libs = sorted(p for p in lib_dir.glob("lib*.so") if p.is_file() and p.name not in LEFT_OUT_MODULES)
     libs += sorted(p for p in lib_dir.glob("lib*.dylib") if p.is_file())
     if not any(p.name.startswith("libllama.") for p in libs):
         raise NativeBuildError(f"no libllama found in {lib_dir} after the build")

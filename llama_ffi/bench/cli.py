@@ -364,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
                     "table: plain vs n-gram (vs a draft model with --draft-model)")
     ap.add_argument("--draft-model", help="a draft GGUF with the model's vocabulary (e.g. from "
                     "python -m tools.draft_model MODEL OUT --layers 6)")
+    ap.add_argument("--against", metavar="PYTHON", help="another Python with llama-ffi installed (e.g. a venv "
+                    "holding the portable wheel): adds a table of its prompt and generation speed against "
+                    "this Python's build, run in turns")
     args = ap.parse_args(argv)
     from llama_ffi import registry
 
@@ -422,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(bench_rpc.rpc_table(bench_rpc.bench(args.model, args.threads, args.repeats,
                                                   find_llama_bench(args.llama_bench))))
+    if args.against:
+        from llama_ffi.bench import builds
+
+        print(builds.builds_table(builds.bench(args.model, args.threads, args.repeats, args.against)))
     if args.skip_generation:
         return 0
     binary = find_llama_bench(args.llama_bench)

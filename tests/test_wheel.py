@@ -1,0 +1,176 @@
+"""The portable wheel: built by ``python -m tools.wheel``, installed in a fresh virtual environment
+where no compiler, no CMake and no llama.cpp tree can be reached, and run there.
+
+Long (the first wheel build compiles every CPU variant: about 25 minutes on 2 cores), so these
+tests are marked ``wheel`` and left out of the default run:
+``python -m pytest -m wheel tests/test_wheel.py``. ``LLAMA_FFI_WHEEL=path.whl`` tests a wheel
+already built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from near_tie import assert_same_or_near_tie, bound_across
+
+pytestmark = pytest.mark.wheel
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "The capital of France is"
+N_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    given = os.environ.get("LLAMA_FFI_WHEEL")
+    if given:
+        return Path(given).resolve()
+    out = tmp_path_factory.mktemp("wheelhouse")
+    subprocess.run([sys.executable, "-m", "tools.wheel", str(out)], cwd=REPO_ROOT, check=True)
+    (built,) = out.glob("llama_ffi-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    # Only binaries: a step that needed a compiler would fail here rather than build something.
+    subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary", ":all:",
+                    str(wheel)], check=True)
+    return root
+
+
+def isolated_env(venv: Path, **extra: str) -> dict[str, str]:
+    """Nothing to build with: only the venv on PATH, compilers named as missing files, no tree."""
+    env = {"PATH": str(venv / "bin"), "HOME": os.environ["HOME"], "CC": "/nonexistent/cc",
+           "CXX": "/nonexistent/c++", "LANG": "C.UTF-8"}
+    env.update({k: v for k, v in os.environ.items() if k in ("LLAMA_FFI_CACHE", "XDG_CACHE_HOME", "TMPDIR")})
+    env.update(extra)
+    return env
+
+
+def run_in_venv(venv: Path, code: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=isolated_env(venv, **extra),
+                          capture_output=True, text=True, timeout=600)
+
+
+def cpu_variants_of_the_tree(tree) -> dict[str, list[str]]:
+    """llama.cpp's own x86 variant table (ggml/src/CMakeLists.txt): name -> features."""
+    text = (tree.path / "ggml" / "src" / "CMakeLists.txt").read_text()
+    block = text[text.index('if (GGML_SYSTEM_ARCH STREQUAL "x86")'):text.index('elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")')]
+    return {m.group(1): m.group(2).split() for m in re.finditer(r"ggml_add_cpu_backend_variant\((\w+)\s*([^)]*)\)", block)}
+
+
+def test_the_environment_has_nothing_to_build_with(venv, tmp_path):
+    env = isolated_env(venv)
+    for tool in ("cc", "gcc", "c++", "g++", "clang", "cmake", "ninja"):
+        assert shutil.which(tool, path=env["PATH"]) is None, tool
+    proc = run_in_venv(venv, "import importlib.util as u, llama_ffi; print(u.find_spec('cmake'), llama_ffi.__file__)",
+                       tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    found_cmake, where = proc.stdout.split()
+    assert found_cmake == "None" and where.startswith(str(venv))
+
+
+def test_the_wheel_carries_the_cpu_variants_and_no_development_files(wheel, tree):
+    from tools.native_build import LEFT_OUT_MODULES
+
+    assert re.search(r"-manylinux_\d+_\d+_x86_64", wheel.name), wheel.name
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = {n.rsplit("/", 1)[1] for n in names if n.startswith("llama_ffi/lib/")}
+    wanted = {f"libggml-cpu-{v}.so" for v in cpu_variants_of_the_tree(tree)} - set(LEFT_OUT_MODULES)
+    assert wanted <= shipped, sorted(wanted - shipped)
+    assert not set(LEFT_OUT_MODULES) & shipped
+    assert {"libllama.so", "libggml.so", "libggml-base.so", "libmtmd.so", "libggml-rpc.so"} <= shipped
+    assert "libggml-cpu.so" not in shipped  # no native CPU library beside the variants
+    assert not [n for n in names if n.endswith((".h", ".a", ".cmake", ".pc"))]
+    assert not [n for n in names if "libvulkan" in n or "libcuda" in n]
+
+
+def test_the_cpu_variant_is_the_best_this_cpu_runs(venv, tmp_path, tree):
+    proc = run_in_venv(venv, "import json, llama_ffi; print(json.dumps(llama_ffi.build_info()))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["backend_modules"] is True and "CPU" in info["backends"] and "RPC" in info["backends"]
+    assert Path(info["cpu_library"]).is_relative_to(venv)
+    # ggml's score (ggml-cpu/arch/x86/cpu-feats.cpp): a variant runs if the CPU has all its
+    # features; each feature weighs a power of two in this order.
+    order = ["FMA", "F16C", "SSE42", "BMI2", "AVX", "AVX2", "AVX_VNNI", "AVX512", "AVX512_VBMI", "AVX512_BF16",
+             "AVX512_VNNI", "AMX_INT8"]
+    flag = {"FMA": ["fma"], "F16C": ["f16c"], "SSE42": ["sse4_2"], "BMI2": ["bmi2"], "AVX": ["avx"], "AVX2": ["avx2"],
+            "AVX_VNNI": ["avx_vnni"], "AVX512": ["avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"],
+            "AVX512_VBMI": ["avx512vbmi"], "AVX512_BF16": ["avx512_bf16"], "AVX512_VNNI": ["avx512_vnni"],
+            "AMX_INT8": ["amx_int8"]}
+    cpu = set(Path("/proc/cpuinfo").read_text().split())
+    from tools.native_build import LEFT_OUT_MODULES
+
+    scores = {}
+    for name, feats in cpu_variants_of_the_tree(tree).items():
+        if f"libggml-cpu-{name}.so" in LEFT_OUT_MODULES:
+            continue
+        if all(f in cpu for feat in feats if feat in flag for f in flag[feat]):
+            scores[name] = 1 + sum(1 << order.index(f) for f in feats if f in order)
+    best = max(scores.values())
+    assert scores.get(info["cpu_variant"]) == best, (info["cpu_variant"], scores)
+
+
+def test_readme_completion_runs_without_a_compiler(venv, tmp_path):
+    env = isolated_env(venv)
+    proc = subprocess.run([str(venv / "bin" / "llama-ffi"), "complete", PROMPT, "-n", str(N_TOKENS), "--temp", "0"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip(), "no completion text"
+
+
+# In the venv: the greedy tokens, and the logits of every position of a fixed text (to measure how
+# far the portable CPU variant's numbers are from the source build's on this machine).
+_GREEDY = """
+import json, sys
+import numpy as np
+from llama_ffi import Llama
+from llama_ffi.registry import fetch
+llm = Llama(str(fetch()), n_ctx=256, progress=False)
+out = llm.create_completion({prompt!r}, max_tokens={n}, temperature=0.0)
+sys.path.insert(0, {tests!r})
+from near_tie import stepwise_logits
+np.save("logits.npy", stepwise_logits(llm))
+print(json.dumps({{"text": out["choices"][0]["text"]}}))
+"""
+
+
+def test_greedy_text_equals_the_source_build_or_a_near_tie(venv, tmp_path, smollm2_path):
+    from llama_ffi.high import Llama
+
+    code = _GREEDY.format(prompt=PROMPT, n=N_TOKENS, tests=str(Path(__file__).resolve().parent))
+    proc = run_in_venv(venv, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])["text"]
+    portable = np.load(tmp_path / "logits.npy")
+    with Llama(str(smollm2_path), n_ctx=256, progress=False) as llm:
+        assert_same_or_near_tie(llm, PROMPT, got, N_TOKENS, limit=bound_across(llm, portable))
+
+
+def test_another_builds_libraries_are_refused(venv, tmp_path):
+    """The wheel finds its own libraries by RPATH, which LD_LIBRARY_PATH cannot override; another
+    build's libllama loaded first (LD_PRELOAD) gets the import guard's error, not a crash."""
+    other = REPO_ROOT / "llama_ffi" / "lib" / "libllama.so"
+    if not other.is_file():
+        pytest.skip("no source build in this checkout to load first")
+    on_path = run_in_venv(venv, "import llama_ffi; from llama_ffi import _guard; print(_guard.loaded_library())",
+                          tmp_path, LD_LIBRARY_PATH=str(other.parent))
+    assert on_path.returncode == 0, on_path.stderr
+    assert on_path.stdout.strip().startswith(str(venv))
+    proc = run_in_venv(venv, "import llama_ffi", tmp_path, LD_PRELOAD=str(other))
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "LibraryMismatchError" in proc.stderr and "another llama.cpp build is first" in proc.stderr
