@@ -20,9 +20,10 @@ GAP_TEXT = ("The history of the city begins in the early middle ages, when a sma
             "around the river crossing. Merchants came from the north and the south.")
 
 
-def stepwise_logits(llm, text: str = GAP_TEXT) -> np.ndarray:
-    """The logits after each token of ``text``, decoded one token at a time from a fresh cache."""
-    tokens = llm.tokenize(text)
+def stepwise_logits(llm, text: str | list[int] = GAP_TEXT) -> np.ndarray:
+    """The logits after each token of ``text`` (or of these tokens), decoded one token at a time
+    from a fresh cache."""
+    tokens = llm.tokenize(text) if isinstance(text, str) else list(text)
     llm.reset()
     llm.eval_prompt(tokens[:1])
     rows = [llm.logits().copy()]
@@ -58,16 +59,7 @@ def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
         tokens = llm.tokenize(GAP_TEXT, add_bos=False)
         bos = [llm.token_bos()] if llm.token_bos() >= 0 else []
         bases = [bos + tokens[s:] for s in range(n_seq)]  # a model may need its BOS (gemma's sink)
-        single = []
-        for base in bases:
-            llm.reset()
-            llm.eval_prompt(base[:1])
-            rows = [llm.logits().copy()]
-            for t in base[1:]:
-                llm.eval_token(t)
-                rows.append(llm.logits().copy())
-            single.append(rows)
-        llm.reset()
+        single = [stepwise_logits(llm, base) for base in bases]
         prompts = [base[:5 + 2 * s] for s, base in enumerate(bases)]
         which = {tuple(base[:5]): s for s, base in enumerate(bases)}
         end, worst, holes = llm.token_eos(), [0.0], []
