@@ -101,3 +101,23 @@ def test_pin_round_trips(tmp_path):
     pin = vendor.load_pin()
     vendor.write_pin(pin, tmp_path / "pin.toml")
     assert vendor.load_pin(tmp_path / "pin.toml") == pin
+
+
+def test_copy_libraries_leaves_exactly_this_builds_libraries(tmp_path):
+    """Switching a checkout between a native and a portable build: the package's lib folder ends
+    with this build's files only, even where the other build's copy is newer."""
+    import os
+
+    built, package = tmp_path / "bin", tmp_path / "lib"
+    built.mkdir()
+    package.mkdir()
+    for name in ("libllama.so", "libggml-cpu-x64.so", "libggml-base.so"):
+        (built / name).write_bytes(b"portable " + name.encode())
+    (built / next(iter(native_build.LEFT_OUT_MODULES))).write_bytes(b"not shipped")
+    (package / "libggml-cpu.so").write_bytes(b"native cpu")
+    (package / "libllama.so").write_bytes(b"native libllama, newer")
+    os.utime(built / "libllama.so", (1_000_000, 1_000_000))
+    copied = native_build.copy_libraries(built, package)
+    assert sorted(p.name for p in package.iterdir()) == ["libggml-base.so", "libggml-cpu-x64.so", "libllama.so"]
+    assert sorted(copied) == sorted(package.iterdir())
+    assert (package / "libllama.so").read_bytes() == b"portable libllama.so"

@@ -170,13 +170,20 @@ def shared_libraries(lib_dir: Path) -> list[Path]:
 
 
 def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
+    """Make ``dest`` hold exactly this build's libraries: one left from another kind of build (a
+    native ``libggml-cpu.so`` beside portable CPU modules) would be loaded or packaged with them."""
     dest.mkdir(parents=True, exist_ok=True)
     out = []
     for lib in shared_libraries(lib_dir):
         target = dest / lib.name
-        if not target.exists() or target.stat().st_mtime < lib.stat().st_mtime:
+        # copy2 keeps the mtime: any difference means another build's file (older or newer)
+        if not target.exists() or (target.stat().st_mtime, target.stat().st_size) != (lib.stat().st_mtime,
+                                                                                      lib.stat().st_size):
             shutil.copy2(lib, target)
         out.append(target)
+    for stale in set(dest.glob("lib*.so")) | set(dest.glob("lib*.dylib")):
+        if stale not in out:
+            stale.unlink()
     return out
 
 
