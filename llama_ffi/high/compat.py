@@ -71,6 +71,11 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     removed_parameters(kwargs, REMOVED_INIT)
     if "spm_infill" in kwargs:  # suffix= order: suffix, then prefix (llama.cpp's --spm-infill)
         ours["spm_infill"] = flag("spm_infill", kwargs.pop("spm_infill"))
+    handler_kwargs = kwargs.pop("chat_handler_kwargs", None) or {}  # the fork's: template variables
+    if not isinstance(handler_kwargs, dict) or set(handler_kwargs) - {"extra_template_arguments"}:
+        raise ValueError("chat_handler_kwargs takes {'extra_template_arguments': {...}}; a multimodal handler's "
+                         "options go to its constructor (MTMDChatHandler(clip_model_path, image_max_tokens=...))")
+    ours["template_arguments"] = dict(handler_kwargs.get("extra_template_arguments") or {})
     if "device" in kwargs:  # LangChain's wrappers pass it (None, or a ggml device name)
         ours["device"] = kwargs.pop("device")
     if "f16_kv" in kwargs:  # the KV cache type before type_k / type_v existed

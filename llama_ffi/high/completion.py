@@ -360,6 +360,8 @@ def prepare(llm, prompt, *, max_tokens: int | None = 16, stop=None, echo: bool =
     pairs = [prompt_tokens(llm, p, echo) for p in (prompts or [prompt])]
     for tokens, _ in pairs:
         llm._check_fits(tokens)
+        if hasattr(tokens, "check_cells"):  # a prompt with media
+            tokens.check_cells(llm.context.n_ctx_seq)
     settings = GenerationSettings(
         max_tokens=max_tokens, stop=normalize_stop(stop), sampling=llm._sampling_params(**sampling),
         grammar=grammar, logprobs=logprobs, logits_processor=list(logits_processor),

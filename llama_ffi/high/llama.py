@@ -92,16 +92,15 @@ class Llama:
         self._closed = True
         self.verbose = verbose
         legacy_options = compat.init_options(legacy)
-        type_k = legacy_options.get("type_k", type_k)
-        type_v = legacy_options.get("type_v", type_v)
+        type_k, type_v = legacy_options.get("type_k", type_k), legacy_options.get("type_v", type_v)
         if "speculative" in legacy_options:
             if speculative is not None:
                 raise ValueError("pass either draft_model or speculative, not both")
             speculative = legacy_options["speculative"]
         if embedding is not None:
             embeddings = embeddings or flag("embedding", embedding)
-        if isinstance(chat_handler, multimodal.MTMDChatHandler):  # it names the projector only
-            mmproj_path, chat_handler = mmproj_path or chat_handler.mmproj_path, None
+        mmproj_path, chat_handler, media_handler, self.template_arguments = multimodal.unpack_handler(
+            chat_handler, mmproj_path, legacy_options.get("template_arguments"))  # + chat_handler_kwargs
         if mmproj_path is not None and speculative is not None:
             raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
         self.chat_format, self.chat_handler = chat_format, chat_handler
@@ -166,7 +165,7 @@ class Llama:
                 raise
             self._batch = Batch(self._context.n_batch)
             self.mtmd = None if mmproj_path is None else multimodal.MtmdContext(
-                self._model, mmproj_path, n_threads, use_gpu=n_gpu_layers != 0)
+                self._model, mmproj_path, n_threads, use_gpu=n_gpu_layers != 0, handler=media_handler)
             self.adapters = adapters.Adapters(self._model)
             if lora_path is not None:
                 self.adapters.load(Path(lora_path).stem, lora_path)
@@ -602,6 +601,8 @@ class Llama:
             kwargs.setdefault("chat_handler", self.chat_handler)
         if self.chat_format is not None:
             kwargs.setdefault("chat_format", self.chat_format)
+        if self.template_arguments:  # a call's own extra_template_arguments win
+            kwargs["extra_template_arguments"] = {**self.template_arguments, **(kwargs.get("extra_template_arguments") or {})}
         return kwargs
 
     # ---- embeddings and reranking (llama_ffi.high.embedding) ------------------------------------

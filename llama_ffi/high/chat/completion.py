@@ -8,15 +8,16 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from llama_ffi import ffi, lib
-from llama_ffi.high.chat import tools as tool_calls
+from llama_ffi.high.chat import media_parts, tools as tool_calls
 from llama_ffi.high.chat.formats import format_with_builtin
-from llama_ffi.high.chat.messages import validate_messages
+from llama_ffi.high.chat.messages import text_only, validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
 from llama_ffi.high.chat.json_schema import schema_to_gbnf
 from llama_ffi.high.compat import chat_logprobs
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.multimodal import MediaPrompt, extract_media
+from llama_ffi.high.multimodal.prompt import check_kind
 
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
 
@@ -65,7 +66,23 @@ def render_prompt(llm, messages: list[dict], *, chat_handler: Callable | None = 
     template = model_template(llm, chat_template_name)
     if template is None:
         return format_with_builtin(FALLBACK_FORMAT, messages)
-    return template.render(messages, add_generation_prompt=True, **(extra_template_arguments or {}))
+    # llama.cpp passes enable_thinking (true unless asked otherwise) to every Jinja template
+    return template.render(messages, add_generation_prompt=True,
+                           **{"enable_thinking": True, **(extra_template_arguments or {})})
+
+
+def render_media_prompt(llm, messages: list[dict], media: list, **options) -> tuple[str, list]:
+    """The prompt, and the media in the order of their markers in it. A model template that takes
+    media parts renders them itself, each placeholder becoming mtmd's marker (media_parts);
+    otherwise, llama.cpp's rule: the marker as text where the part was."""
+    marker = llm.mtmd.marker if llm.mtmd is not None else MEDIA_MARKER
+    template = (None if options["chat_handler"] or options["chat_format"]
+                else model_template(llm, options["chat_template_name"]))
+    if media and template is not None and media_parts.template_takes_media(template.source):
+        prompt, order = media_parts.render_with_markers(lambda m: render_prompt(llm, m, **options), messages,
+                                                        [item.kind for item in media], marker)
+        return prompt, [media[i] for i in order]
+    return render_prompt(llm, text_only(media_parts.as_marker_text(messages, marker)), **options), media
 
 
 def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
@@ -103,10 +120,12 @@ def plan_chat(llm, messages, *, chat_handler=None, chat_format=None,
                            reasoning_start_in_prompt: bool | None = None,
                            reasoning_start_max_tokens: int | None = None, **completion_kwargs):
     mtmd = llm.mtmd
-    messages, media = extract_media(messages, mtmd.marker if mtmd is not None else MEDIA_MARKER)
+    messages, media = extract_media(messages)
     if media and mtmd is None:
         raise ValueError("the messages hold images or audio, but this Llama was loaded without an mmproj "
                          "(Llama(..., mmproj_path=...) or chat_handler=MTMDChatHandler(mmproj_path=...))")
+    for i, item in enumerate(media):  # the projector's refusal names the cause; a template's would not
+        check_kind(mtmd, item, i)
     messages = validate_messages(messages)
     tool_plan = tool_calls.plan(tools, tool_choice)
     extra = dict(extra_template_arguments or {})
@@ -118,9 +137,9 @@ def plan_chat(llm, messages, *, chat_handler=None, chat_format=None,
                 extra["tools"] = tool_calls.declarations(tool_plan.functions)
         else:  # the template knows no tools: describe them (and earlier tool turns) in text
             messages = tool_calls.inline_messages(messages, tool_plan.functions if offering else {})
-    prompt = render_prompt(llm, messages, chat_handler=chat_handler, chat_format=chat_format,
-                           chat_template_name=chat_template_name, extra_template_arguments=extra,
-                           assistant_prefill=assistant_prefill)
+    prompt, media = render_media_prompt(
+        llm, messages, media, chat_handler=chat_handler, chat_format=chat_format,
+        chat_template_name=chat_template_name, extra_template_arguments=extra, assistant_prefill=assistant_prefill)
     started = (prompt.rstrip().endswith(reasoning_start) if reasoning_start_in_prompt is None
                else bool(reasoning_start_in_prompt))
     think = (reasoning_start, reasoning_end, started)

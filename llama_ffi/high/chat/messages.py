@@ -3,27 +3,40 @@
 from __future__ import annotations
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-PART_TYPES = {"text"}
+MEDIA_PART_TYPES = ("image", "audio")  # Hugging Face's shape, which extract_media gives the media parts
+PART_TYPES = {"text", *MEDIA_PART_TYPES}
 
 
-def _content_text(content, index: int) -> str | None:
+def _content(content, index: int) -> str | list | None:
+    """Text, or (when it holds media) the list of text and media parts, checked."""
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
         for j, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") not in PART_TYPES:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise ValueError(f"message {index}: content part {j} has unsupported type {kind!r}")
-            if not isinstance(part.get("text"), str):
+            if part["type"] == "text" and not isinstance(part.get("text"), str):
                 raise ValueError(f"message {index}: content part {j} has no text")
-            texts.append(part["text"])
-        return "".join(texts)
+        if any(part["type"] in MEDIA_PART_TYPES for part in content):
+            return [dict(part) for part in content]
+        return joined_text(content)
     raise ValueError(f"message {index}: content must be a string, a list of parts or null")
 
 
+def joined_text(parts: list[dict]) -> str:
+    return "".join(part["text"] for part in parts)
+
+
+def text_only(messages: list[dict]) -> list[dict]:
+    """The messages with list contents (text parts only by now) joined into text."""
+    return [{**m, "content": joined_text(m["content"])} if isinstance(m.get("content"), list) else m
+            for m in messages]
+
+
 def validate_messages(messages) -> list[dict]:
-    """Copies of the messages with list-of-parts content joined into text; ValueError otherwise."""
+    """Copies of the messages with list-of-parts content joined into text (kept as parts where it
+    holds media); ValueError otherwise."""
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be a non-empty list of dicts")
     out = []
@@ -37,6 +50,6 @@ def validate_messages(messages) -> list[dict]:
         if "content" not in m and not m.get("tool_calls"):
             raise ValueError(f"message {i} has no 'content'")
         copy = dict(m)
-        copy["content"] = _content_text(m.get("content"), i)
+        copy["content"] = _content(m.get("content"), i)
         out.append(copy)
     return out

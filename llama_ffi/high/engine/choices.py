@@ -108,7 +108,13 @@ class Group:
     def cells(self, keep: int) -> int:
         """KV cells the group can add to what its slot holds: its prompt past ``keep`` once, and
         every choice's budget."""
-        return len(self.prompt) - keep + sum(c.budget for c in self.choices)
+        return kv_cells(self.prompt) - keep + sum(c.budget for c in self.choices)
+
+
+def kv_cells(prompt) -> int:
+    """The KV cells a prompt fills: its length, but more where media take more cells than
+    positions (M-RoPE; multimodal.MediaPrompt.n_cells)."""
+    return getattr(prompt, "n_cells", len(prompt))
 
 
 def build_groups(context, prompts: list, n: int, settings: GenerationSettings, slots: int,
@@ -117,7 +123,7 @@ def build_groups(context, prompts: list, n: int, settings: GenerationSettings, s
     (the rest evaluate the prompt again in a later group). ``n_ctx``: cells one sequence can hold."""
     groups = []
     for p, prompt in enumerate(prompts):
-        budget = n_ctx - len(prompt)
+        budget = n_ctx - kv_cells(prompt)
         if settings.max_tokens is not None and settings.max_tokens > 0:
             budget = min(budget, settings.max_tokens)
         choices = []
@@ -128,7 +134,7 @@ def build_groups(context, prompts: list, n: int, settings: GenerationSettings, s
             chain.accept_prompt(prompt)
             choices.append(Choice(i, prompt, chain, budget, StopMatcher(settings.stop),
                                   fresh_processors(settings.logits_processor), history=list(prompt)))
-        size = max(1, min(slots, (n_ctx - len(prompt)) // max(budget, 1)))
+        size = max(1, min(slots, (n_ctx - kv_cells(prompt)) // max(budget, 1)))
         for start in range(0, n, size):
             groups.append(Group(prompt, choices[start:start + size]))
     return groups

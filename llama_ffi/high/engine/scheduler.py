@@ -30,7 +30,8 @@ import time
 from llama_ffi import ffi, lib
 from llama_ffi.high.adapters import Selection
 from llama_ffi.high.context import DecodeError, raise_for_decode_status
-from llama_ffi.high.engine.choices import NO_OUTPUT, Choice, Group, accept, closing_events, runs_greedily, sample
+from llama_ffi.high.engine.choices import (NO_OUTPUT, Choice, Group, accept, closing_events, kv_cells, runs_greedily,
+                                          sample)
 from llama_ffi.high.engine.request import AHEAD, DONE, Request, RequestCancelled
 from llama_ffi.high.engine.slots import Slot, SlotTable
 from llama_ffi.high.multimodal.prompt import MediaPrompt, evaluate as evaluate_media
@@ -300,8 +301,9 @@ class Engine:
         """KV cells the running requests hold or may still fill (their budgets)."""
         cells = sum(g.cells(0) for g in self._evaluating)
         for c in self._generating:
-            shared = len(c.prompt) if c is not c.group.leader else 0  # siblings share the prompt's cells
-            cells += len(c.slot.tokens) - shared + c.budget - c.produced
+            prompt_cells = kv_cells(c.prompt)  # media may take more cells than positions (M-RoPE)
+            shared = prompt_cells if c is not c.group.leader else 0  # siblings share the prompt's cells
+            cells += len(c.slot.tokens) + prompt_cells - len(c.prompt) - shared + c.budget - c.produced
         return cells
 
     def _admit(self) -> list[Group]:

@@ -9,23 +9,11 @@ from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high.model import Model, check_gguf_file
 
-PROJECTOR_TYPE_KEY = "clip.projector_type"
-
-
-class MTMDChatHandler:
-    """``chat_handler=MTMDChatHandler(mmproj_path=...)`` (the JamePeng fork's spelling): the
-    Llama loads the projector; the model's own chat template renders the conversation."""
-
-    def __init__(self, mmproj_path: str | os.PathLike, verbose: bool = False) -> None:
-        self.mmproj_path = Path(mmproj_path)
-        self.verbose = verbose
-
-
 class MtmdContext:
     """Freed by ``close()`` (the Llama closes it before its model) or at garbage collection."""
 
     def __init__(self, model: Model, mmproj_path: str | os.PathLike, n_threads: int | None,
-                 use_gpu: bool) -> None:
+                 use_gpu: bool, handler=None) -> None:
         self._ptr = ffi.NULL
         self.path = Path(mmproj_path)
         if not self.path.exists():
@@ -36,6 +24,11 @@ class MtmdContext:
         params.print_timings = False
         if n_threads is not None:
             params.n_threads = n_threads
+        # a chat handler's bounds on an image's tokens (dynamic-resolution projectors: Qwen-VL)
+        if handler is not None and handler.image_min_tokens:
+            params.image_min_tokens = handler.image_min_tokens
+        if handler is not None and handler.image_max_tokens:
+            params.image_max_tokens = handler.image_max_tokens
         with capture_errors() as errors:
             ptr = lib.mtmd_init_from_file(os.fsencode(self.path), model.ptr, params)
         if ptr == ffi.NULL:

@@ -1,4 +1,5 @@
-"""Media parts of OpenAI chat messages → bytes, each replaced in the message by mtmd's marker.
+"""Media parts of OpenAI chat messages → bytes, each replaced in the message by Hugging Face's
+part of its kind (``{"type": "image"}``, ``{"type": "audio"}``), as templates take them.
 
 Accepted: ``{"type": "image_url", "image_url": {"url": U}}`` or ``"image_url": U`` where U is a
 ``data:`` URI, a ``file://`` URL, a local path or raw ``bytes``; ``{"type": "input_audio",
@@ -64,13 +65,13 @@ def _audio_bytes(value, where: str) -> bytes:
     return _b64(value["data"], where)
 
 
-def extract_media(messages, marker: str) -> tuple[list, list[Media]]:
-    """Copies of ``messages`` whose media parts became text parts holding ``marker``, and the
+def extract_media(messages) -> tuple[list, list[Media]]:
+    """Copies of ``messages`` whose media parts became ``{"type": "image" | "audio"}``, and the
     media in order. Messages without media come back as they are."""
     out, media = [], []
     for i, m in enumerate(messages if isinstance(messages, (list, tuple)) else []):
         content = m.get("content") if isinstance(m, dict) else None
-        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in MEDIA_TYPES
+        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in (*MEDIA_TYPES, "image", "audio")
                                                     for p in content):
             out.append(m)
             continue
@@ -82,9 +83,12 @@ def extract_media(messages, marker: str) -> tuple[list, list[Media]]:
                 media.append(Media("image", _image_bytes(part.get("image_url"), where)))
             elif kind == "input_audio":
                 media.append(Media("audio", _audio_bytes(part.get("input_audio"), where)))
+            elif kind in ("image", "audio"):
+                raise ValueError(f"{where}: a bare {kind!r} part carries no data; send "
+                                 + ("image_url" if kind == "image" else "input_audio") + " parts")
             else:
                 parts.append(part)
                 continue
-            parts.append({"type": "text", "text": marker})
+            parts.append({"type": media[-1].kind})
         out.append({**m, "content": parts})
     return (out if media else messages), media

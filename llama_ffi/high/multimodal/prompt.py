@@ -2,7 +2,9 @@
 
 To the generation loop a MediaPrompt looks like a token list: its length is the number of
 positions it fills (media included, which is also what ``usage.prompt_tokens`` counts), and it
-iterates over its text tokens (what penalties and DRY accept as the prompt).
+iterates over its text tokens (what penalties and DRY accept as the prompt). With M-RoPE (Qwen-VL)
+an image fills fewer positions than KV cells (``mtmd_input_chunk_get_n_pos`` against
+``..._n_tokens``): ``n_cells`` is what the cache must hold.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class MediaPrompt:
                 lib.mtmd_bitmap_free(b)
         self.cells: list[int] = []  # per position: the text token, or MEDIA_POSITION
         self.pieces: list[Piece] = []
+        self.n_cells = 0  # KV cells: text tokens, and every media chunk's tokens
         for i in range(lib.mtmd_input_chunks_size(chunks)):
             chunk = lib.mtmd_input_chunks_get(chunks, i)
             start = len(self.cells)
@@ -68,11 +71,19 @@ class MediaPrompt:
                 tokens = lib.mtmd_input_chunk_get_tokens_text(chunk, n)
                 text_tokens = [tokens[j] for j in range(n[0])]
                 self.cells += text_tokens
+                self.n_cells += len(text_tokens)
                 self.pieces.append(Piece(chunk, start, text_tokens, None))
             else:
                 media_id = ffi.string(lib.mtmd_input_chunk_get_id(chunk)).decode()
                 self.cells += [MEDIA_POSITION] * lib.mtmd_input_chunk_get_n_pos(chunk)
+                self.n_cells += lib.mtmd_input_chunk_get_n_tokens(chunk)
                 self.pieces.append(Piece(chunk, start, None, media_id))
+
+    def check_cells(self, n_ctx: int) -> None:
+        """ValueError where the prompt's KV cells exceed a sequence's ``n_ctx`` (positions may not)."""
+        if self.n_cells > n_ctx:
+            raise ValueError(f"the prompt fills {len(self)} positions but needs {self.n_cells} KV cells (its media "
+                             f"take more cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})")
 
 
     def __len__(self) -> int:
@@ -91,11 +102,15 @@ class MediaPrompt:
             self.close()
 
 
-def _bitmap(mtmd: MtmdContext, item: Media, index: int):
+def check_kind(mtmd: MtmdContext, item: Media, index: int) -> None:
     if item.kind == "image" and not mtmd.supports_vision:
         raise ValueError(f"media item {index} is an image, but the projector {mtmd.path.name} takes no images")
     if item.kind == "audio" and not mtmd.supports_audio:
         raise ValueError(f"media item {index} is audio, but the projector {mtmd.path.name} takes no audio")
+
+
+def _bitmap(mtmd: MtmdContext, item: Media, index: int):
+    check_kind(mtmd, item, index)
     data = ffi.from_buffer(item.data)
     with capture_errors():
         wrapped = lib.mtmd_helper_bitmap_init_from_buf(mtmd.ptr, data, len(item.data), False,
