@@ -1,8 +1,8 @@
 """The benchmark's multimodal table: one image and a short question through a projector: the
 image's encode time next to llama-mtmd-cli's on the same files (pairwise), and llama-ffi's prompt
-evaluation speed (positions, media included, over the evaluation's wall time less one encode;
-llama-mtmd-cli prints no prompt timing at this pin). Any mmproj works; tests/tiny_mmproj.py writes
-synthetic ones."""
+evaluation speed (positions, media included, over a request's wall time less one encode;
+llama-mtmd-cli prints no prompt timing at this pin). Both render the model's own template
+(``--jinja``). Any mmproj works; tests/tiny_mmproj.py and tests/tiny_qwen.py write synthetic ones."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ _ENCODE = re.compile(r"batch encoding done in (\d+) ms")
 def native(cli: Path, model: str, mmproj: str, image: str, threads: int) -> tuple[float, float]:
     """(encode ms, nan) of llama-mtmd-cli: at this pin it reports the encode time only."""
     cmd = [str(cli), "-m", model, "--mmproj", mmproj, "--image", image, "-p", QUESTION, "-n", "1",
-           "--temp", "0", "-t", str(threads), "--no-warmup"]
+           "--temp", "0", "-t", str(threads), "--no-warmup", "--jinja"]
     err = subprocess.run(cmd, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL).stderr
     encode = _ENCODE.search(err)
     if encode is None:
@@ -29,21 +29,22 @@ def native(cli: Path, model: str, mmproj: str, image: str, threads: int) -> tupl
 
 
 def ours(llm, image: str) -> tuple[float, float]:
+    """(encode ms, prompt positions per second) of one request about ``image``, rendered by the
+    model's own template as llama-mtmd-cli --jinja renders it."""
     from llama_ffi import lib
-    from llama_ffi.high.chat.completion import render_prompt
-    from llama_ffi.high.multimodal import Media, MediaPrompt, evaluate
+    from llama_ffi.high.chat.completion import plan_chat
 
-    text = render_prompt(llm, [{"role": "user", "content": llm.mtmd.marker + QUESTION}], chat_format="chatml")
-    prompt = MediaPrompt(llm.mtmd, text, [Media("image", Path(image).read_bytes())], add_special=True)
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}},
+                                             {"type": "text", "text": QUESTION}]}]
+    prompt = plan_chat(llm, messages, max_tokens=1).tokens
     media = next(p for p in prompt.pieces if p.media_id is not None)
     t0 = time.perf_counter()
     lib.mtmd_encode_chunk(llm.mtmd.ptr, media.chunk)  # the encoder alone, as mtmd-cli reports it
     encode_ms = (time.perf_counter() - t0) * 1e3
-    llm.reset()
-    llm.media_spans = []
+    llm.reset()  # nothing cached: the request encodes the image again and decodes every position
     t0 = time.perf_counter()
-    evaluate(llm, prompt)  # encodes again, then decodes text and image positions
-    decode_s = time.perf_counter() - t0 - encode_ms / 1e3  # llama.cpp's perf counters miss mtmd's decodes here
+    llm.create_chat_completion(messages, max_tokens=1, temperature=0)
+    decode_s = time.perf_counter() - t0 - encode_ms / 1e3
     return encode_ms, len(prompt) / decode_s
 
 
