@@ -297,3 +297,34 @@ def test_the_benchmark_times_the_qwen25vl_encoder_against_llama_mtmd_cli(fx, mtm
                                                            out.stdout)}
     assert float(rows["llama-mtmd-cli"][0]) > 0 and float(rows["llama-ffi"][0]) > 0
     assert float(rows["llama-ffi"][1]) > 0 and float(rows["llama-ffi"][2]) > 0  # prompt speed, encode ratio
+
+
+def test_control_llava_through_a_template_without_media_parts(smollm2_path, tmp_path, mtmd_cli, fx):
+    """Today's LLaVA-style projector under SmolLM2's own (text-only) template: llama.cpp's rule,
+    the marker where the part was, equal to llama-mtmd-cli --jinja."""
+    import tiny_mmproj
+    from llama_ffi.llama_multimodal import Llava15ChatHandler
+
+    mmproj = tiny_mmproj.write_mmproj(tmp_path / "llava-mmproj.gguf", n_embd_text=576)
+    with Llama(smollm2_path, chat_handler=Llava15ChatHandler(mmproj), n_ctx=N_CTX, n_threads=2, progress=False) as llm:
+        assert not media_parts.template_takes_media(llm.metadata["tokenizer.chat_template"])
+        got, steps, _ = answer(llm, [{"role": "user", "content": [image(fx["a"]), {"type": "text", "text": QUESTION}]}])
+        assert_same_or_near_tie(llm, mtmd_cli_text(mtmd_cli, smollm2_path, mmproj, [("--image", fx["a"])]), got, steps)
+
+
+@pytest.mark.parametrize("bounds", [{"image_min_tokens": 100_000}, {"image_max_tokens": 1}])
+def test_image_token_bounds_outside_the_projectors_limits_are_refused(fx, bounds):
+    from llama_ffi.llama_multimodal import Qwen3VLChatHandler
+
+    model, mmproj = fx["qwen3vl"]
+    with pytest.raises(ValueError, match=r"could not load the multimodal projector .*image_(max|min)_pixels"):
+        Llama(model, chat_handler=Qwen3VLChatHandler(mmproj, **bounds), progress=False)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2000, 2), (4000, 3000)])
+def test_images_of_extreme_sizes_are_resized_not_refused(fx, tmp_path, size):
+    model, mmproj = fx["qwen25vl"]
+    path = png(tmp_path / "odd.png", *size, seed=9)
+    with Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, progress=False) as llm:
+        usage = answer(llm, [{"role": "user", "content": [image(path), {"type": "text", "text": QUESTION}]}])[2]
+        assert usage["prompt_tokens"] > 8 and usage["completion_tokens"] >= 1
