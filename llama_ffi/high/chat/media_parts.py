@@ -25,7 +25,7 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 
-MEDIA_PART_TYPES = ("image", "audio")
+from llama_ffi.high.multimodal.media import MEDIA_PART_TYPES
 # What a placeholder is made of: tags such as <|image_pad|>, <start_of_image>, <image>, [IMG].
 # Text a template puts around them for a medium ("Picture 1: ") stays text.
 PLACEHOLDER_TAG = re.compile(r"<[^<>\s]{1,64}>|\[[A-Z_]{2,32}\]")
@@ -66,9 +66,17 @@ def as_marker_text(messages: list[dict], marker: str) -> list[dict]:
 
 
 def _insertion(before: str, after: str, index: int, kind: str) -> tuple[int, int]:
-    """Where ``after`` has text that ``before`` lacks: one contiguous insertion, else an error."""
-    ops = [op for op in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
-           if op[0] != "equal"]
+    """Where ``after`` has text that ``before`` lacks: one contiguous insertion, else an error.
+    The common head and tail are cut first, so a long conversation costs a linear scan."""
+    head = 0
+    while head < min(len(before), len(after)) and before[head] == after[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(before), len(after)) - head and before[-1 - tail] == after[-1 - tail]:
+        tail += 1
+    middle = difflib.SequenceMatcher(None, before[head:len(before) - tail], after[head:len(after) - tail],
+                                     autojunk=False).get_opcodes()
+    ops = [(op, i1 + head, i2 + head, j1 + head, j2 + head) for op, i1, i2, j1, j2 in middle if op != "equal"]
     if not ops:
         raise ValueError(f"the chat template emitted nothing for media item {index} ({kind}): it does not take "
                          f"{kind} (is this projector's family the model's?)")

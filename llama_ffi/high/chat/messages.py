@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from llama_ffi.high.multimodal.media import MEDIA_PART_TYPES  # what extract_media makes of media parts
+
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-MEDIA_PART_TYPES = ("image", "audio")  # Hugging Face's shape, which extract_media gives the media parts
 PART_TYPES = {"text", *MEDIA_PART_TYPES}
 
 

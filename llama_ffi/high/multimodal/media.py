@@ -17,7 +17,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 AUDIO_FORMATS = ("wav", "mp3", "flac")
-MEDIA_TYPES = ("image_url", "input_audio")
+MEDIA_TYPES = ("image_url", "input_audio")  # OpenAI's parts, carrying the data
+MEDIA_PART_TYPES = ("image", "audio")       # Hugging Face's, as templates take them (and Media.kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,7 @@ def extract_media(messages) -> tuple[list, list[Media]]:
     out, media = [], []
     for i, m in enumerate(messages if isinstance(messages, (list, tuple)) else []):
         content = m.get("content") if isinstance(m, dict) else None
-        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in (*MEDIA_TYPES, "image", "audio")
+        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in (*MEDIA_TYPES, *MEDIA_PART_TYPES)
                                                     for p in content):
             out.append(m)
             continue
@@ -83,7 +84,7 @@ def extract_media(messages) -> tuple[list, list[Media]]:
                 media.append(Media("image", _image_bytes(part.get("image_url"), where)))
             elif kind == "input_audio":
                 media.append(Media("audio", _audio_bytes(part.get("input_audio"), where)))
-            elif kind in ("image", "audio"):
+            elif kind in MEDIA_PART_TYPES:
                 raise ValueError(f"{where}: a bare {kind!r} part carries no data; send "
                                  + ("image_url" if kind == "image" else "input_audio") + " parts")
             else:
