@@ -328,3 +328,16 @@ def test_images_of_extreme_sizes_are_resized_not_refused(fx, tmp_path, size):
     with Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, progress=False) as llm:
         usage = answer(llm, [{"role": "user", "content": [image(path), {"type": "text", "text": QUESTION}]}])[2]
         assert usage["prompt_tokens"] > 8 and usage["completion_tokens"] >= 1
+
+
+def test_tools_offered_beside_media_under_a_template_without_tools(fx):
+    """The tool instructions join a system message that holds media parts (as a text part)."""
+    model, mmproj = fx["qwen25vl"]
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+    messages = [{"role": "system", "content": [image(fx["a"]), {"type": "text", "text": "Reference picture."}]},
+                {"role": "user", "content": [image(fx["b"]), {"type": "text", "text": QUESTION}]}]
+    with Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, progress=False) as llm:
+        prompt = llm.detokenize(list(plan_chat(llm, messages, tools=tools).tokens)).decode()
+        assert prompt.index("Reference picture.") < prompt.index("lookup") < prompt.index(QUESTION)
+        assert prompt.count("<|vision_start|>") == 2
+        assert llm.create_chat_completion(messages, tools=tools, max_tokens=4)["usage"]["completion_tokens"] >= 1

@@ -91,7 +91,9 @@ def inline_messages(messages: list[dict], functions: dict[str, dict]) -> list[di
     if not functions:
         return out
     note = system_prompt(functions)
-    if out and out[0]["role"] == "system":
+    if out and out[0]["role"] == "system" and isinstance(out[0].get("content"), list):  # it holds media
+        out[0]["content"] = [*out[0]["content"], {"type": "text", "text": "\n\n" + note}]
+    elif out and out[0]["role"] == "system":
         out[0]["content"] = (out[0].get("content") or "") + "\n\n" + note
     else:
         out.insert(0, {"role": "system", "content": note})
