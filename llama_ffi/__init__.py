@@ -47,6 +47,7 @@ def build_info() -> dict[str, object]:
     """What this module was built from, what the loaded libraries report, and which backends and
     devices run: ``cpu_variant`` is the CPU module ggml chose in a portable build (``haswell``,
     ``zen4``, ...), ``native`` in one built for its machine."""
+    cpu_library = _backends.cpu_library()
     return {
         "llama_cpp_commit": ffi.string(lib.LLAMA_FFI_BUILD_COMMIT).decode(),
         "llama_cpp_build_number": lib.LLAMA_FFI_BUILD_NUMBER,
@@ -55,7 +56,7 @@ def build_info() -> dict[str, object]:
         "system_info": ffi.string(lib.llama_print_system_info()).decode(),
         "backend_modules": _backends.modules_built(),
         "backends": _backends.backend_names(),
-        "cpu_variant": _backends.cpu_variant(),
-        "cpu_library": _backends.cpu_library(),
+        "cpu_variant": _backends.cpu_variant(cpu_library),
+        "cpu_library": cpu_library,
         "devices": _backends.devices(),
     }

@@ -75,9 +75,10 @@ def cpu_library() -> str:
     return library_of(lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_get_features"))
 
 
-def cpu_variant() -> str:
-    """``haswell``, ``zen4``, ... in a portable build; ``native`` for a build made for its CPU."""
-    name = Path(cpu_library()).name
+def cpu_variant(library: str) -> str:
+    """The variant of a CPU library (``cpu_library()``): ``haswell``, ``zen4``, ... in a portable
+    build; ``native`` for a build made for its CPU."""
+    name = Path(library).name
     if name.startswith(CPU_MODULE_PREFIX):
         return name[len(CPU_MODULE_PREFIX):].split(".so")[0]
     return "native" if name else ""
