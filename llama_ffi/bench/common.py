@@ -3,6 +3,8 @@ prompt and generation tests of llama-ffi and llama-bench."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import json
 import os
 import resource
@@ -18,6 +20,19 @@ PROMPT_SIZES = (256, 512)  # the prompt table: llama-bench's pp256 and pp512
 
 def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
+
+
+def paired_runs(counts, repeats: int, ours, native=None) -> Iterator[tuple[int, list[float], list[float]]]:
+    """(count, ours' results, native's), count by count as measured (a caller may time more for a
+    count before the next): each of our runs right after its native counterpart (when there is
+    one), so both see the same machine speed."""
+    for n in counts:
+        mine, theirs = [], []
+        for _ in range(repeats):
+            if native is not None:
+                theirs.append(native(n))
+            mine.append(ours(n))
+        yield n, mine, theirs
 
 
 def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from llama_ffi.bench.common import BATCHED_BATCH, BATCHED_CTX, BATCHED_UBATCH, _median, batched_bench_row, \
-    batched_llama, eog_ban
+    batched_llama, eog_ban, paired_runs
 
 CALLERS = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 64
@@ -132,12 +132,8 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> tuple[l
     with batched_llama(model, threads, max(CALLERS)) as llm:
         ban = eog_ban(llm)
         ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
-        for n in CALLERS:
-            mine, native = [], []
-            for _ in range(repeats):
-                if batched:
-                    native.append(batched_bench(batched, model, threads, n))
-                mine.append(ours(llm, n, ban))
+        for n, mine, native in paired_runs(CALLERS, repeats, lambda n: ours(llm, n, ban),
+                                           (lambda n: batched_bench(batched, model, threads, n)) if batched else None):
             rows.append({"callers": n, "ffi_s": _median(mine), "batched_s": _median(native),
                          "server_s": server_run(server, model, threads, n, llm.n_vocab(), repeats)
                          if server else float("nan")})

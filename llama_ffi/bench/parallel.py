@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llama_ffi.bench.common import _median, batched_bench_row, batched_llama, eog_ban
+from llama_ffi.bench.common import _median, batched_bench_row, batched_llama, eog_ban, paired_runs
 
 SEQUENCES = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 128
@@ -31,16 +31,11 @@ def bench(model: str, threads: int, repeats: int, batched_bench: Path | None) ->
     with batched_llama(model, threads, max(SEQUENCES)) as llm:
         ban = eog_ban(llm)
         ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
-        rows = []
-        for n_seq in SEQUENCES:
-            mine, theirs = [], []
-            for _ in range(repeats):
-                if batched_bench:
-                    theirs.append(native(batched_bench, model, threads, n_seq))
-                mine.append(ours(llm, n_seq, ban))
-            rows.append({"n_seq": n_seq, "ffi": _median(mine), "native": _median(theirs),
-                         "ratio": _median([m / t for m, t in zip(mine, theirs)]) if theirs else float("nan")})
-    return rows
+        runs = paired_runs(SEQUENCES, repeats, lambda n: ours(llm, n, ban),
+                           (lambda n: native(batched_bench, model, threads, n)) if batched_bench else None)
+        return [{"n_seq": n_seq, "ffi": _median(mine), "native": _median(theirs),
+                 "ratio": _median([m / t for m, t in zip(mine, theirs)]) if theirs else float("nan")}
+                for n_seq, mine, theirs in runs]
 
 
 def parallel_table(rows: list[dict]) -> str:
