@@ -7,7 +7,6 @@ so a source checkout imports the same build the wheel carries.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 class BuildLlamaFFI(build_ext):
     def build_extension(self, ext: Extension) -> None:
         import build_ffi
-        from tools.native_build import build, copy_libraries
+        from tools.native_build import build, copy_libraries, replace_file
         from tools.vendor import materialise
 
         tree = materialise()
@@ -32,7 +31,7 @@ class BuildLlamaFFI(build_ext):
             for built in (module, module.with_name("_lib.pyi")):
                 target = package_dir / built.name
                 if target.resolve() != built.resolve():
-                    shutil.copy2(built, target)
+                    replace_file(built, target)
 
 
 setup(

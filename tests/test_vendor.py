@@ -117,7 +117,10 @@ def test_copy_libraries_leaves_exactly_this_builds_libraries(tmp_path):
     (package / "libggml-cpu.so").write_bytes(b"native cpu")
     (package / "libllama.so").write_bytes(b"native libllama, newer")
     os.utime(built / "libllama.so", (1_000_000, 1_000_000))
+    old_inode = (package / "libllama.so").stat().st_ino
     copied = native_build.copy_libraries(built, package)
+    # renamed over, not rewritten: a process with the old file mapped keeps it
+    assert (package / "libllama.so").stat().st_ino != old_inode
     assert sorted(p.name for p in package.iterdir()) == ["libggml-base.so", "libggml-cpu-x64.so", "libllama.so"]
     assert sorted(copied) == sorted(package.iterdir())
     assert (package / "libllama.so").read_bytes() == b"portable libllama.so"

@@ -169,6 +169,14 @@ def shared_libraries(lib_dir: Path) -> list[Path]:
     return libs
 
 
+def replace_file(source: Path, target: Path) -> None:
+    """Copy under a temporary name, then rename over ``target``: a process that has the old file
+    mapped keeps its inode (rewriting it in place gives that process SIGBUS)."""
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.copy2(source, tmp)
+    os.replace(tmp, target)
+
+
 def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
     """Make ``dest`` hold exactly this build's libraries: one left from another kind of build (a
     native ``libggml-cpu.so`` beside portable CPU modules) would be loaded or packaged with them."""
@@ -179,7 +187,7 @@ def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
         # copy2 keeps the mtime: any difference means another build's file (older or newer)
         if not target.exists() or (target.stat().st_mtime, target.stat().st_size) != (lib.stat().st_mtime,
                                                                                       lib.stat().st_size):
-            shutil.copy2(lib, target)
+            replace_file(lib, target)
         out.append(target)
     for stale in set(dest.glob("lib*.so")) | set(dest.glob("lib*.dylib")):
         if stale not in out:
