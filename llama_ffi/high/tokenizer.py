@@ -22,6 +22,14 @@ class Tokenizer:
     def n_vocab(self) -> int:
         return lib.llama_vocab_n_tokens(self._vocab)
 
+    def end_of_generation(self) -> tuple[int, ...]:
+        """Every token that ends a generation (EOS, EOT, ...), computed once."""
+        found = getattr(self, "_eog", None)
+        if found is None:
+            vocab = self._vocab
+            found = self._eog = tuple(t for t in range(self.n_vocab) if lib.llama_vocab_is_eog(vocab, t))
+        return found
+
     def tokenize(self, text: str | bytes, add_bos: bool = True, special: bool = False) -> list[int]:
         """``add_bos`` adds the model's special tokens (BOS/EOS as its vocabulary asks);
         ``special`` parses special-token text such as ``<|im_start|>`` into their ids."""

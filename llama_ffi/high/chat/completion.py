@@ -3,6 +3,7 @@ the ChatML fallback) → the completion engine → OpenAI ``chat.completion`` sh
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -180,9 +181,11 @@ class ChatPlan:
     def finish(self, result):
         cid, created, tool_plan, think, stream = self.cid, self.created, self.tool_plan, self.think, self.stream
         if self.parse_calls and stream:  # calls are known only at the end: generate, then stream the messages
-            return (chunk for choice in result["choices"]
-                    for chunk in _message_chunks(cid, created, self.model, _message(choice, tool_plan, think),
-                                                 choice["index"]))
+            chunks = [chunk for choice in result["choices"]
+                      for chunk in _message_chunks(cid, created, self.model, _message(choice, tool_plan, think),
+                                                   choice["index"])]
+            chunks[-1]["usage"] = result["usage"]  # as a completion stream: the last chunk carries it
+            return iter(chunks)
         if not stream:
             choices = []
             for choice in result["choices"]:  # n > 1: one message per choice
@@ -208,9 +211,10 @@ class ChatPlan:
 
     async def _adeltas(self, result) -> AsyncIterator[dict]:
         started: set[int] = set()
-        async for c in result:
-            for chunk in self._deltas(c, started):
-                yield chunk
+        async with contextlib.aclosing(result):  # closed with this stream: the completion's slot is freed
+            async for c in result:
+                for chunk in self._deltas(c, started):
+                    yield chunk
 
     def _deltas(self, completion_chunk: dict, started: set[int]) -> list[dict]:
         """The chat chunks of one completion chunk (the first of each choice says its role)."""
@@ -223,6 +227,8 @@ class ChatPlan:
             out.append(_chunk(self.cid, self.created, self.model, {"content": choice["text"]}, None, index))
         if choice["finish_reason"] is not None:
             out.append(_chunk(self.cid, self.created, self.model, {}, choice["finish_reason"], index))
+        if "usage" in completion_chunk and out:  # the stream's last chunk: the request's usage
+            out[-1]["usage"] = completion_chunk["usage"]
         return out
 
 

@@ -94,6 +94,7 @@ class Group:
     choices: list[Choice]
     request: object = None
     evaluated: int = 0        # prompt positions the leader's slot holds
+    cached: int = 0           # of them, those its slot (or the prompt cache) held at admission
     live: int = 0             # choices not finished yet
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@ choice's text; the last chunk of every choice has its ``finish_reason``, the ver
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 
@@ -35,7 +36,10 @@ class Call:
 
     def usage(self) -> dict:
         produced = sum(c.produced for c in self.choices)
-        return {"prompt_tokens": self.n_prompt, "completion_tokens": produced, "total_tokens": self.n_prompt + produced}
+        # A prompt counts once (as in prompt_tokens), through the group of its first choice.
+        cached = sum(g.cached for g in self.request.groups if g.choices[0].index % self.n == 0)
+        return {"prompt_tokens": self.n_prompt, "completion_tokens": produced, "total_tokens": self.n_prompt + produced,
+                "prompt_tokens_details": {"cached_tokens": cached}}
 
     def shell(self, items: list[dict], with_usage: bool) -> dict:
         out = {"id": self.cid, "object": "text_completion", "created": self.created, "model": self.model_name,
@@ -163,10 +167,11 @@ async def _achunks(call: Call) -> AsyncIterator[dict]:
     for chunk in call.echo_chunks():
         yield chunk
     left = len(call.choices)
-    async for item in aitems(call):
-        left -= item[1] is None
-        if call.shows(item):
-            yield call.chunk(item, left)
+    async with contextlib.aclosing(aitems(call)) as request_items:  # closed with this stream: the slot is freed
+        async for item in request_items:
+            left -= item[1] is None
+            if call.shows(item):
+                yield call.chunk(item, left)
 
 
 def tokens(call: Call) -> Iterator[int]:

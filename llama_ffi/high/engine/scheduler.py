@@ -324,7 +324,7 @@ class Engine:
             self._waiting.popleft()
             keep = self._restore_longer_prefix(group.prompt, selection, slot, keep)
             keep = self.slots.cut(slot, keep)
-            group.evaluated = keep
+            group.evaluated = group.cached = keep
             others = sorted((s for s in idle if s is not slot), key=lambda s: s.last_used)
             for choice, s in zip(group.choices, [slot] + others):
                 if s is not slot:

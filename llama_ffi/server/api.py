@@ -1,0 +1,352 @@
+"""The routes: OpenAI's (``/v1/completions``, ``/v1/chat/completions``, ``/v1/embeddings``,
+``/v1/models``) and llama-server's (``/health``, ``/v1/rerank``, ``/tokenize``, ``/detokenize``,
+``/infill``, ``/metrics``, ``/slots``). Each one validates its body, calls the ``Llama``'s async API
+(the engine decodes every client together; the event loop never waits on a decode) and returns the
+shapes the library made."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from llama_ffi import lib
+from llama_ffi.server import errors, params
+from llama_ffi.server.errors import ApiError
+from llama_ffi.server.metrics import Metrics
+from llama_ffi.server.options import ServerOptions
+from llama_ffi.server.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest,
+                                      InfillRequest, RerankRequest, TokenizeRequest)
+from llama_ffi.server.streaming import ClientGone, EventStream, openai_events, unless_disconnected
+
+PUBLIC_PATHS = {"/health", "/v1/health"}
+
+
+class Served:
+    """The Llama behind the routes (None while it loads), the requests in flight and the totals."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.llm = None
+        self.load_error: BaseException | None = None
+        self.in_flight = 0
+        self.metrics = Metrics()
+        self.names: set[str] = set()
+        self.model_id = options.alias or ""
+
+    def loaded(self, llm) -> None:
+        path = Path(llm.model_path)
+        self.model_id = self.options.alias or path.name
+        self.names = {self.model_id, llm.model_path, path.name, path.stem}
+        self.llm = llm
+
+    def ready(self):
+        if self.llm is None:
+            raise ApiError(503, "Loading model", headers={"Retry-After": "1"})
+        return self.llm
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name not in self.names:
+            raise ApiError(404, f"the model {name!r} does not exist; this server serves {self.model_id!r}",
+                           "model", "model_not_found")
+
+    @property
+    def embeddings(self) -> bool:
+        return bool(self.llm.context_params.embeddings)
+
+    def check_task(self, embeddings: bool, rank: bool = False) -> None:
+        if embeddings != self.embeddings:
+            raise ApiError(501, "this server does not support " + (
+                "embeddings: start it with --embeddings" if embeddings else
+                "completions: it was started with --embeddings or --reranking"))
+        if rank and self.llm.pooling_type() != lib.LLAMA_POOLING_TYPE_RANK:
+            raise ApiError(501, "this server does not support reranking: start it with --reranking and a "
+                           "reranking model")
+
+    @property
+    def n_slots(self) -> int:
+        engine = self.llm.engine
+        return len(engine.slots.slots) if engine is not None else 1
+
+    @contextlib.contextmanager
+    def ticket(self):
+        """A place among the requests in flight: the slots and a bounded queue; past it, 503."""
+        if self.in_flight >= self.n_slots + self.options.queue_size:
+            raise ApiError(503, f"the server is busy: {self.in_flight} requests in flight, the queue is full",
+                           headers={"Retry-After": "1"})
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+
+class Gate:
+    """API keys (``Authorization: Bearer`` or ``X-Api-Key``) on every path but /health."""
+
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or scope["path"] in PUBLIC_PATHS:
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        given = headers.get("authorization") or headers.get("x-api-key") or ""
+        if given.lower().startswith("bearer "):
+            given = given[len("bearer "):].strip()
+        if given in self.keys:
+            return await self.app(scope, receive, send)
+        error = ApiError(401, "invalid API key" if given else "an API key is required (Authorization: Bearer KEY)",
+                         code="invalid_api_key")
+        await error.response()(scope, receive, send)
+
+
+def create_app(load: Callable[[], object], options: ServerOptions, load_now: bool = False,
+               owns_llm: bool = False) -> FastAPI:
+    """``load`` makes the Llama: at once (``load_now``), or in a thread at start-up so that /health
+    answers 503 meanwhile. ``owns_llm``: close it when the server stops (waiting for requests)."""
+    served = Served(options)
+    if load_now:
+        served.loaded(load())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        if served.llm is None:
+            threading.Thread(target=_load_in_background, args=(served, load), name="llama-ffi-load",
+                             daemon=True).start()
+        yield
+        if owns_llm and served.llm is not None:
+            await run_in_threadpool(served.llm.close)
+
+    app = FastAPI(title="llama-ffi", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.served = served
+    errors.install(app)
+    if options.api_keys:
+        app.add_middleware(Gate, keys=tuple(options.api_keys))
+    _routes(app, served)
+    return app
+
+
+def _load_in_background(served: Served, load) -> None:
+    try:
+        served.loaded(load())
+    except BaseException as error:
+        served.load_error = error
+        errors.log.error("the model could not be loaded: %s", error)
+
+
+async def parse(request: Request, model: type[BaseModel]):
+    """The body as ``model``, whatever content type the client declared (llama-server's rule)."""
+    data = await request.body()
+    try:
+        return model.model_validate_json(data or b"{}")
+    except ValidationError as error:
+        raise errors.invalid_body(error) from None
+
+
+async def _call(request: Request, work):
+    """Await ``work`` (a Llama call), cancelling it if the client goes away; the library's errors
+    become OpenAI-shaped ones."""
+    try:
+        return await unless_disconnected(request, work)
+    except ClientGone:
+        return JSONResponse({}, status_code=499)
+    except ApiError:
+        raise
+    except Exception as error:
+        raise errors.from_library(error) from None
+
+
+def _routes(app: FastAPI, served: Served) -> None:
+    options = served.options
+
+    @app.get("/health")
+    @app.get("/v1/health")
+    async def health():
+        if served.load_error is not None:
+            raise ApiError(500, f"the model could not be loaded: {served.load_error}")
+        served.ready()
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    @app.get("/models")
+    async def models():
+        llm = served.ready()
+        return {"object": "list", "data": [{
+            "id": served.model_id, "object": "model", "created": int(time.time()), "owned_by": "llama-ffi",
+            "meta": {"n_ctx": int(llm.n_ctx), "n_ctx_train": llm.n_ctx_train, "n_vocab": int(llm.n_vocab),
+                     "n_embd": int(llm.n_embd), "slots": served.n_slots}}]}
+
+    async def generate(request: Request, body, call, stream_shape=None):
+        """Run a generating call under a ticket; a stream keeps its ticket until it ends."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(served.ticket())
+            result = await _call(request, call())
+            if not body.stream or isinstance(result, JSONResponse):
+                if isinstance(result, dict):
+                    result["model"] = served.model_id
+                    served.metrics.finished(result.get("usage"))
+                return result
+            release = stack.pop_all()
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        def ended(usage):
+            release.close()
+            served.metrics.finished(usage)
+
+        return EventStream(openai_events(result, served.model_id, include_usage, ended, stream_shape))
+
+    @app.post("/v1/completions")
+    @app.post("/completions")
+    async def completions(request: Request):
+        body = await parse(request, CompletionRequest)
+        llm = served.ready()
+        served.check_model(body.model)
+        served.check_task(embeddings=False)
+        kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=16)
+        if body.logprobs is not None:
+            kwargs["logprobs"] = body.logprobs
+        if body.echo:
+            kwargs["echo"] = True
+        if body.suffix is not None:
+            kwargs["suffix"] = body.suffix
+        return await generate(request, body, lambda: llm.acreate_completion(body.prompt, stream=body.stream,
+                                                                             **kwargs))
+
+    @app.post("/v1/chat/completions")
+    @app.post("/chat/completions")
+    async def chat_completions(request: Request):
+        body = await parse(request, ChatRequest)
+        llm = served.ready()
+        served.check_model(body.model)
+        served.check_task(embeddings=False)
+        params.check_media(body.messages, options.media_path)
+        kwargs = params.chat_kwargs(llm, body, options.lora_names)
+        return await generate(request, body, lambda: llm.acreate_chat_completion(body.messages, stream=body.stream,
+                                                                                  **kwargs))
+
+    @app.post("/infill")
+    async def infill(request: Request):
+        body = await parse(request, InfillRequest)
+        llm = served.ready()
+        served.check_model(body.model)
+        served.check_task(embeddings=False)
+        if body.input_extra:
+            raise ApiError(400, "input_extra (repository context) is not supported", "input_extra")
+        kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=None)
+        call = lambda: llm.acreate_completion(body.input_prefix + body.prompt, suffix=body.input_suffix,  # noqa: E731
+                                              stream=body.stream, **kwargs)
+        result = await generate(request, body, call, stream_shape=_infill_chunk)
+        if isinstance(result, dict):
+            choice = result["choices"][0]
+            usage = result["usage"]
+            return {"content": choice["text"], "stop": True, "model": served.model_id,
+                    "finish_reason": choice["finish_reason"], "tokens_predicted": usage["completion_tokens"],
+                    "tokens_evaluated": usage["prompt_tokens"]}
+        return result
+
+    @app.post("/v1/embeddings")
+    @app.post("/embeddings")
+    async def embeddings(request: Request):
+        body = await parse(request, EmbeddingRequest)
+        llm = served.ready()
+        served.check_model(body.model)
+        served.check_task(embeddings=True)
+        if body.dimensions is not None and body.dimensions != int(llm.n_embd):
+            raise ApiError(400, f"dimensions: this model's embeddings have {int(llm.n_embd)}", "dimensions")
+        with served.ticket():
+            try:  # euclidean normalisation, as llama-server's OpenAI route
+                out = await run_in_threadpool(llm.create_embedding, body.input, normalize=True)
+            except Exception as error:
+                raise errors.from_library(error) from None
+        out["model"] = served.model_id
+        if body.encoding_format == "base64":
+            for item in out["data"]:
+                item["embedding"] = base64.b64encode(np.asarray(item["embedding"], dtype="<f4").tobytes()).decode()
+        served.metrics.finished(out.get("usage"))
+        return out
+
+    @app.post("/v1/rerank")
+    @app.post("/rerank")
+    @app.post("/v1/reranking")
+    @app.post("/reranking")
+    async def rerank(request: Request):
+        body = await parse(request, RerankRequest)
+        llm = served.ready()
+        served.check_model(body.model)
+        served.check_task(embeddings=True, rank=True)
+        with served.ticket():
+            try:
+                scores = await run_in_threadpool(llm.rank, body.query, body.documents)
+            except Exception as error:
+                raise errors.from_library(error) from None
+        results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
+        results.sort(key=lambda r: -r["relevance_score"])
+        if body.top_n is not None:
+            results = results[:body.top_n]
+        if body.return_documents:
+            for r in results:
+                r["document"] = {"text": body.documents[r["index"]]}
+        return {"object": "list", "model": served.model_id, "results": results}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await parse(request, TokenizeRequest)
+        llm = served.ready()
+        tokens = llm.tokenize(body.content, add_bos=body.add_special, special=body.parse_special)
+        if not body.with_pieces:
+            return {"tokens": tokens}
+        return {"tokens": [{"id": t, "piece": _piece(llm.tokenizer.piece(t, special=True))} for t in tokens]}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = await parse(request, DetokenizeRequest)
+        llm = served.ready()
+        try:
+            llm.tokenizer.check_tokens(body.tokens)
+        except ValueError as error:
+            raise ApiError(400, str(error), "tokens") from None
+        return {"content": llm.detokenize(body.tokens, special=True).decode("utf-8", "replace")}
+
+    if options.metrics:
+        @app.get("/metrics")
+        async def metrics():
+            return PlainTextResponse(served.metrics.prometheus(served.ready(), served.in_flight),
+                                     media_type="text/plain; version=0.0.4")
+
+    if options.slots:
+        @app.get("/slots")
+        async def slots():
+            return _slots(served.ready())
+
+
+def _piece(data: bytes):
+    """A token's text, or its bytes where they are not whole UTF-8 (as llama-server shows them)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
+
+
+def _slots(llm) -> list[dict]:
+    n_ctx = int(llm.n_ctx)
+    if llm.engine is None:  # a Llama whose sequences run alone: one slot
+        return [{"id": 0, "n_ctx": n_ctx, "is_processing": False, "n_cached_tokens": llm.n_tokens}]
+    return [{"id": s.seq, "n_ctx": n_ctx, "is_processing": s.owner is not None, "n_cached_tokens": len(s.tokens)}
+            for s in llm.engine.slots.slots]
+
+
+def _infill_chunk(chunk: dict) -> dict:
+    """llama-server's /infill stream: ``{"content", "stop"}`` per chunk."""
+    choice = chunk["choices"][0]
+    return {"content": choice["text"], "stop": choice["finish_reason"] is not None, "index": choice["index"]}

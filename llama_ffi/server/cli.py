@@ -1,0 +1,119 @@
+"""``llama-ffi serve``: llama-server's flags, a server that listens while the model loads (/health
+answers 503 until it is ready), and stops on SIGTERM or Ctrl-C after the requests in flight end."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from collections.abc import Callable
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The serve command's own flags (the model's come from the common ones)."""
+    g = parser.add_argument_group("server (llama-server's flags)")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    g.add_argument("--port", type=int, default=8080)
+    g.add_argument("-np", "--parallel", type=int, default=None,
+                   help="slots: sequences decoded together (default 8, at most n_batch)")
+    g.add_argument("-a", "--alias", help="the model's id in /v1/models and in results (default: its file name)")
+    g.add_argument("--api-key", action="append", default=[], help="an API key (repeatable)")
+    g.add_argument("--api-key-file", help="a file of API keys, one per line")
+    g.add_argument("--embeddings", "--embedding", action="store_true",
+                   help="serve /v1/embeddings (an embedding model) instead of completions")
+    g.add_argument("--reranking", "--rerank", action="store_true", help="serve /v1/rerank (a reranking model)")
+    g.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), help="embedding pooling")
+    g.add_argument("--chat-template", metavar="NAME", help="one of llama.cpp's built-in chat templates")
+    g.add_argument("--no-metrics", dest="metrics", action="store_false", help="no GET /metrics")
+    g.add_argument("--metrics", dest="metrics", action="store_true", help="GET /metrics (the default)")
+    g.add_argument("--no-slots", dest="slots", action="store_false", help="no GET /slots")
+    g.add_argument("--queue-size", type=int, default=64,
+                   help="requests that may wait for a slot; past them, 503 with Retry-After (default 64)")
+    g.add_argument("--media-path", metavar="DIR", help="allow image files under DIR in messages (file:// or "
+                   "a relative path); otherwise only data: URIs")
+    g.add_argument("--timeout-graceful-shutdown", type=float, default=None, metavar="SECONDS",
+                   help="on SIGTERM, wait at most this long for requests in flight (default: until they end)")
+    parser.set_defaults(metrics=True, slots=True)
+
+
+def api_keys(args: argparse.Namespace) -> list[str]:
+    keys = list(args.api_key)
+    if args.api_key_file:
+        with open(args.api_key_file, encoding="utf-8") as f:
+            keys += [line.strip() for line in f if line.strip()]
+    return keys
+
+
+def llama_options(args: argparse.Namespace) -> dict:
+    """The Llama's keyword arguments that these flags decide."""
+    from llama_ffi import lib
+
+    out: dict = {"chat_format": args.chat_template}
+    if args.parallel is not None:
+        if args.parallel < 1:
+            raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
+        out.update(n_seq_max=args.parallel, kv_unified=True)  # one pool of cells for all slots
+    if args.chat_template is not None:
+        from llama_ffi.high.chat.formats import builtin_formats, resolve
+
+        if resolve(args.chat_template) not in builtin_formats():
+            raise ValueError(f"--chat-template {args.chat_template!r} is not one of llama.cpp's built-in "
+                             f"templates: {', '.join(builtin_formats())}")
+    if args.embeddings or args.reranking:
+        out["embeddings"] = True
+        pooling = "rank" if args.reranking else args.pooling
+        if pooling is not None:
+            out["pooling_type"] = getattr(lib, f"LLAMA_POOLING_TYPE_{pooling.upper()}")
+    return out
+
+
+def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names: Callable[[object], list[str]]) -> int:
+    """Serve until SIGTERM / Ctrl-C. ``open_llama(**options)`` loads the model (in a thread, while
+    /health says 503); ``lora_names(llm)`` loads the --lora adapters and names them in order."""
+    try:
+        import uvicorn
+
+        from llama_ffi.server.api import create_app
+    except ImportError as error:
+        print(f"llama-ffi: error: the server needs its extra: pip install 'llama-ffi[server]' ({error})",
+              file=sys.stderr)
+        return 2
+    from llama_ffi.server.options import ServerOptions
+
+    keys = api_keys(args)
+    options = ServerOptions(alias=args.alias, api_keys=keys, metrics=args.metrics, slots=args.slots,
+                            queue_size=args.queue_size, media_path=args.media_path)
+    llama_kwargs = llama_options(args)
+    if not keys and not _loopback(args.host):
+        print(f"llama-ffi: warning: serving on {args.host} without an API key: anyone who can reach it can "
+              "use the model (--api-key)", file=sys.stderr)
+
+    def load():
+        try:
+            llm = open_llama(**llama_kwargs)
+        except BaseException:
+            server.should_exit = True  # llama-server exits when its model does not load
+            raise
+        options.lora_names = tuple(lora_names(llm))
+        print(f"llama-ffi: model loaded; serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+        return llm
+
+    app = create_app(load, options, owns_llm=True)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=args.timeout_graceful_shutdown, lifespan="on")
+    server = uvicorn.Server(config)
+    server.run()
+    served = app.state.served
+    if served.load_error is not None:
+        print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
+        return 1
+    return 0 if server.started else 1
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,94 @@
+"""Every error in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, with
+llama-server's error types; never a framework 422 and never a traceback."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger("llama_ffi.server")
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+         405: "invalid_request_error", 413: "invalid_request_error", 500: "server_error",
+         501: "not_supported_error", 503: "unavailable_error"}
+
+
+class ApiError(Exception):
+    """An error the client gets as it is (status, message, param, code)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": TYPES.get(self.status, "invalid_request_error"),
+                          "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def from_library(error: BaseException) -> ApiError:
+    """An exception raised by the Llama for a request: what is wrong with the request (400), the
+    Llama closing (503), or a defect (500, logged, not shown)."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, (ValueError, TypeError, KeyError)):
+        message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+        code = "context_length_exceeded" if "context holds only" in message else None
+        return ApiError(400, message, code=code)
+    if isinstance(error, RuntimeError) and "closed" in str(error):
+        return ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})
+    log.error("request failed", exc_info=error)
+    return ApiError(500, f"internal server error ({type(error).__name__})")
+
+
+def invalid_body(error) -> ApiError:
+    """A 400 naming the first problem pydantic found (a field, a type, a bound, bad JSON)."""
+    return ApiError(400, *_validation_message(error))
+
+
+def _validation_message(error) -> tuple[str, str | None]:
+    first = error.errors()[0] if error.errors() else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        return f"the request body is not valid JSON ({first.get('msg', '')})", None
+    if first.get("type") == "model_type":
+        return "the request body must be a JSON object", None
+    if first.get("type") == "missing":
+        return f"missing required field {param!r}", param
+    message = first.get("msg", "invalid request")
+    return (f"{param}: {message}" if param else message), param
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        return invalid_body(error).response()
+
+    @app.exception_handler(HTTPException)
+    async def http(request: Request, error: HTTPException) -> JSONResponse:
+        if error.status_code == 404:
+            return ApiError(404, f"no route {request.method} {request.url.path}").response()
+        return ApiError(error.status_code, str(error.detail)).response()
+
+    @app.exception_handler(ApiError)
+    async def api(_: Request, error: ApiError) -> JSONResponse:
+        return error.response()
+
+    @app.exception_handler(Exception)
+    async def other(_: Request, error: Exception) -> JSONResponse:
+        return from_library(error).response()
+
+
+def sse_error(error: BaseException) -> bytes:
+    """An error after a stream began: one ``data:`` event holding it."""
+    return b"data: " + json.dumps(from_library(error).body()).encode() + b"\n\n"

@@ -1,0 +1,25 @@
+"""What an operator decides about a server, apart from the model: names, keys, limits, media."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass
+class ServerOptions:
+    alias: str | None = None                # the model's id in /v1/models and in results (-a)
+    api_keys: Sequence[str] = ()            # any of them opens every route but /health (--api-key)
+    metrics: bool = True                    # GET /metrics (--no-metrics turns it off)
+    slots: bool = True                      # GET /slots (--no-slots)
+    queue_size: int = 64                    # requests waiting beyond the slots; past it, 503 (--queue-size)
+    media_path: str | None = None           # local image/audio files under it may be named (--media-path)
+    lora_names: Sequence[str] = ()          # the adapters a request's ``lora`` ids name, in --lora order
+
+    def __post_init__(self) -> None:
+        if isinstance(self.api_keys, str):
+            self.api_keys = (self.api_keys,)
+        self.api_keys = tuple(k for k in self.api_keys if k)
+        if isinstance(self.queue_size, bool) or not isinstance(self.queue_size, int) or self.queue_size < 0:
+            raise ValueError(f"queue_size must be an int >= 0, got {self.queue_size!r}")
+        self.lora_names = tuple(self.lora_names)

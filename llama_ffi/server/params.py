@@ -1,0 +1,158 @@
+"""A validated request body → the keyword arguments of ``Llama.create_completion`` /
+``create_chat_completion`` (llama-server's spellings → the library's)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.server.errors import ApiError
+from llama_ffi.server.schemas import ChatRequest, Sampling
+
+# Request field → SamplingParams field, where both spell it the same or llama-server's differs.
+SAMPLING_FIELDS = {
+    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p",
+    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+    "repeat_penalty": "repeat_penalty", "repeat_last_n": "penalty_last_n", "mirostat": "mirostat_mode",
+    "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta", "dry_multiplier": "dry_multiplier",
+    "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length", "dry_penalty_last_n": "dry_penalty_last_n",
+    "dry_sequence_breakers": "dry_sequence_breakers", "xtc_probability": "xtc_probability",
+    "xtc_threshold": "xtc_threshold", "dynatemp_range": "dynatemp_range", "dynatemp_exponent": "dynatemp_exponent",
+    "top_n_sigma": "top_n_sigma", "min_keep": "min_keep", "seed": "seed",
+}
+
+
+def logit_bias(llm, body: Sampling) -> dict[int, float] | None:
+    """OpenAI's ``{"token id": bias}``, or llama-server's ``[[token or text, bias], ...]``; a bias of
+    ``false`` bans the token."""
+    bias: dict[int, float] = {}
+    items = body.logit_bias.items() if isinstance(body.logit_bias, dict) else (body.logit_bias or [])
+    for i, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ApiError(400, f"logit_bias[{i}] must be a [token, bias] pair", "logit_bias")
+        key, value = item
+        if isinstance(value, bool):
+            value = -math.inf if value is False else 0.0
+        if not isinstance(value, (int, float)):
+            raise ApiError(400, f"logit_bias[{key!r}] must be a number or false", "logit_bias")
+        tokens = _bias_tokens(llm, key)
+        for token in tokens:
+            bias[token] = float(value)
+    if body.ignore_eos:
+        for token in llm.tokenizer.end_of_generation():  # as llama-server: every one is banned
+            bias[token] = -math.inf
+    return bias or None
+
+
+def _bias_tokens(llm, key) -> list[int]:
+    if isinstance(key, str) and key.lstrip("-").isdigit():
+        key = int(key)
+    if isinstance(key, bool) or not isinstance(key, (int, str)):
+        raise ApiError(400, f"logit_bias key {key!r} must be a token id or a text", "logit_bias")
+    if isinstance(key, str):
+        return llm.tokenize(key, add_bos=False)
+    if not 0 <= key < llm.n_vocab:
+        raise ApiError(400, f"logit_bias token {key} is outside the vocabulary (0..{llm.n_vocab - 1})",
+                       "logit_bias")
+    return [key]
+
+
+def max_tokens(body: Sampling, default: int | None) -> int | None:
+    """``max_tokens`` (or chat's ``max_completion_tokens``, or llama-server's ``n_predict``); None:
+    until the end of generation or a full context."""
+    chat_limit = body.max_completion_tokens if isinstance(body, ChatRequest) else None
+    for value in (chat_limit, body.max_tokens, body.n_predict):
+        if value is not None:
+            return None if value == -1 else value
+    return default
+
+
+def adapters(llm_lora_names, body: Sampling) -> list[dict] | None:
+    """llama-server's ``lora``: ``[{"id": i, "scale": s}]`` over the --lora adapters; those not
+    named run at scale 0 (off)."""
+    if body.lora is None:
+        return None
+    chosen = []
+    for item in body.lora:
+        if item.id >= len(llm_lora_names):
+            raise ApiError(400, f"lora id {item.id} does not exist: the server has {len(llm_lora_names)} "
+                           "adapter(s)", "lora")
+        if item.scale != 0:
+            chosen.append({"name": llm_lora_names[item.id], "scale": item.scale})
+    return chosen
+
+
+def generation_kwargs(llm, body: Sampling, lora_names, default_max: int | None) -> dict:
+    """The keyword arguments every generating call takes."""
+    kwargs: dict = {SAMPLING_FIELDS[name]: value for name, value in body.model_dump(exclude_unset=True).items()
+                    if name in SAMPLING_FIELDS and value is not None}
+    if body.stop is not None:
+        kwargs["stop"] = body.stop
+    kwargs["max_tokens"] = max_tokens(body, default_max)
+    if body.seed is not None and body.seed < 0:
+        kwargs["seed"] = -1  # llama-server's -1: a random seed
+    bias = logit_bias(llm, body)
+    if bias is not None:
+        kwargs["logit_bias"] = bias
+    if body.grammar is not None:
+        try:
+            kwargs["grammar"] = LlamaGrammar.from_string(body.grammar, verbose=False)
+        except ValueError as error:
+            raise ApiError(400, f"grammar: {error}", "grammar") from None
+    active = adapters(lora_names, body)
+    if active is not None:
+        kwargs["active_loras"] = active
+    if body.n != 1:
+        kwargs["n"] = body.n
+    return kwargs
+
+
+def chat_kwargs(llm, body: ChatRequest, lora_names) -> dict:
+    kwargs = generation_kwargs(llm, body, lora_names, None)
+    if body.logprobs:
+        kwargs["logprobs"] = True
+        kwargs["top_logprobs"] = body.top_logprobs or 0
+    elif body.top_logprobs is not None:
+        raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    if body.response_format is not None:
+        kwargs["response_format"] = body.response_format
+    if body.tools:
+        kwargs["tools"] = body.tools
+    if body.tool_choice is not None:
+        kwargs["tool_choice"] = body.tool_choice
+    if body.chat_template_kwargs:
+        kwargs["extra_template_arguments"] = body.chat_template_kwargs
+    if body.reasoning_budget is not None and body.reasoning_budget >= 0:
+        kwargs["reasoning_budget"] = body.reasoning_budget
+    return kwargs
+
+
+def check_media(messages: list, media_path: str | None) -> None:
+    """Images and audio come as data (``data:`` URIs, base64 audio); a local file only under the
+    operator's ``--media-path``; nothing is fetched from the network."""
+    root = Path(media_path).resolve() if media_path else None
+    for m, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for p, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str) or url.startswith("data:"):
+                continue  # the library names what is wrong with it
+            where = f"messages[{m}].content[{p}]"
+            if url.startswith(("http://", "https://")):
+                raise ApiError(400, f"{where}: this server does not fetch media from URLs; send the image as a "
+                               "data: URI", "messages")
+            path = url[len("file://"):] if url.startswith("file://") else url
+            if root is None:
+                raise ApiError(400, f"{where}: local files are not allowed (the server was started without "
+                               "--media-path); send the image as a data: URI", "messages")
+            resolved = (root / path).resolve()
+            if not resolved.is_relative_to(root) or not resolved.is_file():
+                raise ApiError(400, f"{where}: {path!r} is not a file under the server's media path", "messages")
+            part["image_url"] = {"url": os.fspath(resolved)}

@@ -1,0 +1,126 @@
+"""Request bodies, validated before anything reaches the engine. Fields follow OpenAI's API and
+llama-server's extras (its sampling parameters, ``grammar``, ``lora``, ``n_predict``); fields
+neither knows are ignored, as llama-server ignores them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+
+TokenList = list[StrictInt]
+Prompt = Union[StrictStr, TokenList, list[StrictStr], list[TokenList]]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+
+class StreamOptions(Body):
+    include_usage: StrictBool = False
+
+
+class LoraChoice(Body):
+    id: StrictInt = Field(ge=0)
+    scale: float
+
+
+class Sampling(Body):
+    """What every generating endpoint takes: OpenAI's names and llama-server's extras."""
+
+    model: StrictStr | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    n: StrictInt = Field(1, ge=1, le=64)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    n_predict: StrictInt | None = Field(None, ge=-1)
+    stop: StrictStr | list[StrictStr] | None = None
+    seed: StrictInt | None = None
+    temperature: NonNegative | None = None
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_k: StrictInt | None = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    typical_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: NonNegative | None = None
+    repeat_last_n: StrictInt | None = Field(None, ge=-1)
+    mirostat: StrictInt | None = Field(None, ge=0, le=2)
+    mirostat_tau: NonNegative | None = None
+    mirostat_eta: NonNegative | None = None
+    dry_multiplier: NonNegative | None = None
+    dry_base: NonNegative | None = None
+    dry_allowed_length: StrictInt | None = Field(None, ge=0)
+    dry_penalty_last_n: StrictInt | None = Field(None, ge=-1)
+    dry_sequence_breakers: list[StrictStr] | None = None
+    xtc_probability: float | None = Field(None, ge=0, le=1)
+    xtc_threshold: float | None = Field(None, ge=0, le=1)
+    dynatemp_range: NonNegative | None = None
+    dynatemp_exponent: NonNegative | None = None
+    top_n_sigma: float | None = None
+    min_keep: StrictInt | None = Field(None, ge=0)
+    logit_bias: dict[str, float | StrictBool] | list[list[Any]] | None = None
+    grammar: StrictStr | None = None
+    ignore_eos: StrictBool = False
+    lora: list[LoraChoice] | None = None
+    cache_prompt: StrictBool = True   # llama-server's; every slot keeps its cache here
+
+    @field_validator("n_predict")
+    @classmethod
+    def _n_predict(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("n_predict must be -1 (until the context is full) or >= 1")
+        return value
+
+
+class CompletionRequest(Sampling):
+    prompt: Prompt
+    echo: StrictBool = False
+    logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    suffix: StrictStr | None = None
+
+
+class ChatRequest(Sampling):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_budget: StrictInt | None = Field(None, ge=-1)
+
+
+class InfillRequest(Sampling):
+    input_prefix: StrictStr = ""
+    input_suffix: StrictStr = ""
+    input_extra: list[dict[str, Any]] | None = None
+    prompt: StrictStr = ""
+
+
+class EmbeddingRequest(Body):
+    model: StrictStr | None = None
+    input: StrictStr | list[StrictStr]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: StrictInt | None = Field(None, ge=1)
+
+
+class RerankRequest(Body):
+    model: StrictStr | None = None
+    query: StrictStr
+    documents: list[StrictStr] = Field(min_length=1)
+    top_n: StrictInt | None = Field(None, ge=1)
+    return_documents: StrictBool = False
+
+
+class TokenizeRequest(Body):
+    content: StrictStr
+    add_special: StrictBool = False
+    parse_special: StrictBool = True
+    with_pieces: StrictBool = False
+
+
+class DetokenizeRequest(Body):
+    tokens: TokenList
