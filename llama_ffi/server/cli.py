@@ -4,8 +4,11 @@ answers 503 until it is ready), and stops on SIGTERM or Ctrl-C after the request
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 
@@ -101,13 +104,38 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
     app = create_app(load, options, owns_llm=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=args.timeout_graceful_shutdown, lifespan="on")
-    server = uvicorn.Server(config)
+    server = _server_class()(config)
     server.run()
     served = app.state.served
     if served.load_error is not None:
         print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
         return 1
     return 0 if server.started else 1
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, except that a SIGTERM or Ctrl-C that stopped it cleanly (the requests in
+        flight answered) ends the process with 0 instead of being raised again after shutdown."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {}
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # an ignored Ctrl-C (a background job) stays so
+                    previous[sig] = signal.signal(sig, self.handle_exit)
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
 
 
 def _loopback(host: str) -> bool:
