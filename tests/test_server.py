@@ -10,11 +10,11 @@ import threading
 import time
 
 import httpx
+import near_tie
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-import near_tie
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from server_process import ServerProcess
 
 openai = pytest.importorskip("openai")
@@ -433,8 +433,8 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(smollm2_path):
 
 # ---- embeddings and reranking ------------------------------------------------------------------------------
 def test_embeddings_float_and_base64(smollm2_path):
-    from llama_ffi.high import Llama
     from llama_ffi import lib
+    from llama_ffi.high import Llama
 
     texts = ["The cat sat on the mat.", "A completely different sentence."]
     with Llama(smollm2_path, embeddings=True, pooling_type=lib.LLAMA_POOLING_TYPE_MEAN, n_ctx=512,
@@ -459,8 +459,8 @@ def test_rerank(tree):
     import minilm
 
     path = minilm.rank_gguf_path(tree)
-    from llama_ffi.high.llama_embedding import LlamaEmbedding
     from llama_ffi import lib
+    from llama_ffi.high.llama_embedding import LlamaEmbedding
 
     query, docs = "What is the capital of France?", ["Paris is the capital of France.", "Bananas are yellow.",
                                                      "France borders Spain."]
@@ -471,3 +471,31 @@ def test_rerank(tree):
         assert [r["index"] for r in out["results"]] == list(np.argsort(want)[::-1][:2])
         np.testing.assert_allclose([r["relevance_score"] for r in out["results"]], sorted(want)[::-1][:2],
                                    atol=1e-4)
+
+
+def test_health_is_503_while_the_model_loads(smollm2_path):
+    """The app listens before its Llama exists (``llama-ffi serve`` loads in a thread)."""
+    from fastapi.testclient import TestClient
+
+    from llama_ffi.high import Llama
+    from llama_ffi.server.api import create_app
+    from llama_ffi.server.options import ServerOptions
+
+    go = threading.Event()
+
+    def load():
+        go.wait(30)
+        return Llama(smollm2_path, n_ctx=256, n_seq_max=1, progress=False)
+
+    app = create_app(load, ServerOptions(), owns_llm=True)
+    with TestClient(app) as http:
+        r = http.get("/health")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "unavailable_error"
+        assert http.post("/v1/completions", json={"prompt": "x"}).status_code == 503
+        go.set()
+        deadline = time.monotonic() + 30
+        while http.get("/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2}).json()["usage"]["completion_tokens"]
+    assert app.state.served.llm._closed  # the server owned it: closed at shutdown

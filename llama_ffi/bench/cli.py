@@ -356,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image", help="the image for --mmproj (default: llama.cpp's tools/mtmd/test-1.jpeg)")
     ap.add_argument("--parallel", action="store_true", help="add the parallel table: 1-16 sequences "
                     "decoded together against llama-batched-bench")
+    ap.add_argument("--server", action="store_true", help="add the server table: 1-16 concurrent HTTP clients "
+                    "of llama-ffi serve against llama-server -np N and the in-process engine")
     ap.add_argument("--concurrent", action="store_true", help="add the concurrent table: 1-16 callers on "
                     "threads against llama-batched-bench and llama-server -np N with N HTTP clients")
     ap.add_argument("--rpc", action="store_true", help="add the RPC table: two local llama-ffi rpc-server "
@@ -400,6 +402,16 @@ def main(argv: list[str] | None = None) -> int:
         cli = bench_bin.with_name("llama-mtmd-cli") if bench_bin else None
         cli = cli if cli and cli.is_file() else None
         print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
+    if args.server:
+        from llama_ffi.bench import server as bench_server
+
+        bench_bin = find_llama_bench(args.llama_bench)
+        if bench_bin is None:
+            print("llama-server not found: its column is left out (python -m tools.native_build --reference)",
+                  file=sys.stderr)
+        print(bench_server.server_table(bench_server.bench(args.model, args.threads, args.repeats,
+                                                           bench_bin and bench_bin.parent)))
+        return 0
     if args.concurrent:
         from llama_ffi.bench import concurrent
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -25,8 +25,15 @@ from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.metrics import Metrics
 from llama_ffi.server.options import ServerOptions
-from llama_ffi.server.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest,
-                                      InfillRequest, RerankRequest, TokenizeRequest)
+from llama_ffi.server.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    InfillRequest,
+    RerankRequest,
+    TokenizeRequest,
+)
 from llama_ffi.server.streaming import ClientGone, EventStream, openai_events, unless_disconnected
 
 PUBLIC_PATHS = {"/health", "/v1/health"}
@@ -140,7 +147,7 @@ def create_app(load: Callable[[], object], options: ServerOptions, load_now: boo
 def _load_in_background(served: Served, load) -> None:
     try:
         served.loaded(load())
-    except BaseException as error:
+    except BaseException as error:  # noqa: BLE001 - kept for /health and the exit status
         served.load_error = error
         errors.log.error("the model could not be loaded: %s", error)
 
@@ -163,7 +170,7 @@ async def _call(request: Request, work):
         return JSONResponse({}, status_code=499)
     except ApiError:
         raise
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - the client gets it, shaped
         raise errors.from_library(error) from None
 
 
@@ -244,7 +251,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         if body.input_extra:
             raise ApiError(400, "input_extra (repository context) is not supported", "input_extra")
         kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=None)
-        call = lambda: llm.acreate_completion(body.input_prefix + body.prompt, suffix=body.input_suffix,  # noqa: E731
+        call = lambda: llm.acreate_completion(body.input_prefix + body.prompt, suffix=body.input_suffix,
                                               stream=body.stream, **kwargs)
         result = await generate(request, body, call, stream_shape=_infill_chunk)
         if isinstance(result, dict):
@@ -267,7 +274,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         with served.ticket():
             try:  # euclidean normalisation, as llama-server's OpenAI route
                 out = await run_in_threadpool(llm.create_embedding, body.input, normalize=True)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - the client gets it, shaped
                 raise errors.from_library(error) from None
         out["model"] = served.model_id
         if body.encoding_format == "base64":
@@ -288,7 +295,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         with served.ticket():
             try:
                 scores = await run_in_threadpool(llm.rank, body.query, body.documents)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - the client gets it, shaped
                 raise errors.from_library(error) from None
         results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
         results.sort(key=lambda r: -r["relevance_score"])

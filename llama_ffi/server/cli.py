@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--port", type=int, default=8080)
     g.add_argument("-np", "--parallel", type=int, default=None,
                    help="slots: sequences decoded together (default 8, at most n_batch)")
+    g.add_argument("-b", "--batch-size", type=int, default=None, help="logical batch size (n_batch)")
+    g.add_argument("-ub", "--ubatch-size", type=int, default=None, help="physical batch size (n_ubatch)")
     g.add_argument("-a", "--alias", help="the model's id in /v1/models and in results (default: its file name)")
     g.add_argument("--api-key", action="append", default=[], help="an API key (repeatable)")
     g.add_argument("--api-key-file", help="a file of API keys, one per line")
@@ -51,7 +53,7 @@ def llama_options(args: argparse.Namespace) -> dict:
     """The Llama's keyword arguments that these flags decide."""
     from llama_ffi import lib
 
-    out: dict = {"chat_format": args.chat_template}
+    out: dict = {"chat_format": args.chat_template, "n_batch": args.batch_size, "n_ubatch": args.ubatch_size}
     if args.parallel is not None:
         if args.parallel < 1:
             raise ValueError(f"--parallel must be >= 1, got {args.parallel}")

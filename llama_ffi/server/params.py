@@ -148,7 +148,7 @@ def check_media(messages: list, media_path: str | None) -> None:
             if url.startswith(("http://", "https://")):
                 raise ApiError(400, f"{where}: this server does not fetch media from URLs; send the image as a "
                                "data: URI", "messages")
-            path = url[len("file://"):] if url.startswith("file://") else url
+            path = url.removeprefix("file://")
             if root is None:
                 raise ApiError(400, f"{where}: local files are not allowed (the server was started without "
                                "--media-path); send the image as a data: URI", "messages")

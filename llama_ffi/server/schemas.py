@@ -4,12 +4,12 @@ neither knows are ignored, as llama-server ignores them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 TokenList = list[StrictInt]
-Prompt = Union[StrictStr, TokenList, list[StrictStr], list[TokenList]]
+Prompt = StrictStr | TokenList | list[StrictStr] | list[TokenList]
 NonNegative = Annotated[float, Field(ge=0)]
 
 

@@ -44,7 +44,7 @@ async def openai_events(chunks: AsyncIterator[dict], model: str, include_usage: 
                 yield event(chunk if shape is None else shape(chunk))
             if include_usage and usage is not None and last is not None:
                 yield event({**last, "choices": [], "usage": usage})
-        except Exception as error:  # the client sees it; the server goes on
+        except Exception as error:  # noqa: BLE001 - the client sees it as an event; the server goes on
             yield sse_error(error)
         yield DONE
     finally:
