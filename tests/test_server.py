@@ -330,8 +330,9 @@ def test_unknown_model_and_route_are_404(server, client):
     assert r.status_code == 501 and "--embeddings" in r.json()["error"]["message"]
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 40, 2 ** 40) | st.floats(allow_nan=False, allow_infinity=False)
-                    | st.text(max_size=20), lambda inner: st.lists(inner, max_size=4)
+SCALARS = (st.none() | st.booleans() | st.integers(-2 ** 40, 2 ** 40)
+           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20))
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
                     | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
 FIELDS = st.sampled_from(["prompt", "messages", "max_tokens", "n", "temperature", "stop", "logit_bias", "stream",
                           "logprobs", "top_logprobs", "seed", "tools", "tool_choice", "response_format", "lora",

@@ -586,24 +586,15 @@ class Llama:
         own template (``chat_template_name`` picks a named one), else ChatML."""
         from llama_ffi.high.chat.completion import create_chat_completion
 
-        return create_chat_completion(self, messages, **self._chat_options(kwargs))
+        self._check_open()
+        return create_chat_completion(self, messages, **kwargs)
 
     async def acreate_chat_completion(self, messages, **kwargs):
         """``create_chat_completion`` for asyncio (see ``acreate_completion``)."""
         from llama_ffi.high.chat.completion import acreate_chat_completion
 
-        return await acreate_chat_completion(self, messages, **self._chat_options(kwargs))
-
-    def _chat_options(self, kwargs: dict) -> dict:
         self._check_open()
-        compat.chat_options(kwargs)
-        if self.chat_handler is not None:
-            kwargs.setdefault("chat_handler", self.chat_handler)
-        if self.chat_format is not None:
-            kwargs.setdefault("chat_format", self.chat_format)
-        if self.template_arguments:  # a call's own extra_template_arguments win
-            kwargs["extra_template_arguments"] = {**self.template_arguments, **(kwargs.get("extra_template_arguments") or {})}
-        return kwargs
+        return await acreate_chat_completion(self, messages, **kwargs)
 
     # ---- embeddings and reranking (llama_ffi.high.embedding) ------------------------------------
     # llama-cpp-python's Llama.embed does not normalise unless asked; LlamaEmbedding does.

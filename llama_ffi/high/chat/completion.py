@@ -15,7 +15,7 @@ from llama_ffi.high.chat.messages import text_only, validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
 from llama_ffi.high.chat.json_schema import schema_to_gbnf
-from llama_ffi.high.compat import chat_logprobs
+from llama_ffi.high.compat import chat_logprobs, chat_options
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.multimodal import MediaPrompt, extract_media
 from llama_ffi.high.multimodal.prompt import check_kind
@@ -237,13 +237,28 @@ async def _async_iter(items) -> AsyncIterator[dict]:
         yield item
 
 
+def call_options(llm, kwargs: dict) -> dict:
+    """A call's options after llama-cpp-python's spellings, with the Llama's own chat settings
+    (handler, format, template variables) where the call gives none; a call's own
+    ``extra_template_arguments`` win over the Llama's."""
+    chat_options(kwargs)
+    if llm.chat_handler is not None:
+        kwargs.setdefault("chat_handler", llm.chat_handler)
+    if llm.chat_format is not None:
+        kwargs.setdefault("chat_format", llm.chat_format)
+    if llm.template_arguments:
+        kwargs["extra_template_arguments"] = {**llm.template_arguments,
+                                              **(kwargs.get("extra_template_arguments") or {})}
+    return kwargs
+
+
 def create_chat_completion(llm, messages, **kwargs):
-    plan = plan_chat(llm, messages, **kwargs)
+    plan = plan_chat(llm, messages, **call_options(llm, kwargs))
     return plan.finish(llm.create_completion(plan.tokens, **plan.completion_kwargs))
 
 
 async def acreate_chat_completion(llm, messages, **kwargs):
-    plan = plan_chat(llm, messages, **kwargs)
+    plan = plan_chat(llm, messages, **call_options(llm, kwargs))
     return await plan.afinish(await llm.acreate_completion(plan.tokens, **plan.completion_kwargs))
 
 
