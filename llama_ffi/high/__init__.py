@@ -1,7 +1,7 @@
 """High-level API: ``Llama`` (completion), ``LlamaGrammar``, sampling parameters, tokenizer."""
 
 from llama_ffi.high.compat import LlamaState
-from llama_ffi.high.context import Context, ContextParams, DecodeError
+from llama_ffi.high.context import ClosedError, Context, ContextLengthError, ContextParams, DecodeError
 from llama_ffi.high.engine.prompt_cache import LlamaCache, LlamaDiskCache, LlamaRAMCache
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.llama import Llama
@@ -11,5 +11,6 @@ from llama_ffi.high.multimodal import MTMDChatHandler
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.tokenizer import Tokenizer
 
-__all__ = ["Context", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding", "LlamaCache", "LlamaDiskCache", "LlamaGrammar", "LlamaRAMCache", "LlamaState",
-           "MTMDChatHandler", "Model", "ModelParams", "SamplingParams", "Tokenizer"]
+__all__ = ["ClosedError", "Context", "ContextLengthError", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding",
+           "LlamaCache", "LlamaDiskCache", "LlamaGrammar", "LlamaRAMCache", "LlamaState", "MTMDChatHandler", "Model",
+           "ModelParams", "SamplingParams", "Tokenizer"]

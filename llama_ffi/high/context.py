@@ -122,6 +122,14 @@ class DecodeError(RuntimeError):
     pass
 
 
+class ContextLengthError(ValueError):
+    """A prompt (or what it adds to a cache) needs more cells than a sequence holds."""
+
+
+class ClosedError(RuntimeError):
+    """The Llama (or what it owns) was closed: no new work is taken."""
+
+
 class CacheBookkeepingError(AssertionError):
     """What the KV cache holds is not what the token list says (a defect of llama_ffi's)."""
 
@@ -147,7 +155,7 @@ class Context:
     @property
     def ptr(self):
         if self._ptr == ffi.NULL:
-            raise RuntimeError("this context has been closed")
+            raise ClosedError("this context has been closed")
         return self._ptr
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from llama_ffi._logging import enable_verbose_logging
 from llama_ffi.high import adapters, compat, completion, embedding, hub, multimodal, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
-from llama_ffi.high.context import Context, ContextParams, raise_for_decode_status
+from llama_ffi.high.context import ClosedError, Context, ContextLengthError, ContextParams, raise_for_decode_status
 from llama_ffi.high.context_lock import ContextLock
 from llama_ffi.high.engine import Counters, Engine, default_slots, results
 from llama_ffi.high.engine.slots import Slot
@@ -224,7 +224,7 @@ class Llama:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this Llama has been closed")
+            raise ClosedError("this Llama has been closed")
 
     @property
     def context(self) -> Context:
@@ -390,7 +390,7 @@ class Llama:
         n_ctx = self.context.n_ctx_seq
         if cached + len(tokens) > n_ctx:
             what = f"{cached} cached + {len(tokens)} new tokens" if cached else f"prompt has {len(tokens)} tokens"
-            raise ValueError(f"{what} but the context holds only {n_ctx} (n_ctx={n_ctx})")
+            raise ContextLengthError(f"{what} but the context holds only {n_ctx} (n_ctx={n_ctx})")
 
     def eval_prompt(self, prompt: Sequence[int]) -> None:
         """Make the main slot's cache hold exactly ``prompt``, evaluating only what is not cached."""

@@ -11,6 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from llama_ffi.high.context import ClosedError, ContextLengthError
+
 log = logging.getLogger("llama_ffi.server")
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -42,9 +44,8 @@ def from_library(error: BaseException) -> ApiError:
         return error
     if isinstance(error, (ValueError, TypeError, KeyError)):
         message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-        code = "context_length_exceeded" if "context holds only" in message else None
-        return ApiError(400, message, code=code)
-    if isinstance(error, RuntimeError) and "closed" in str(error):
+        return ApiError(400, message, code="context_length_exceeded" if isinstance(error, ContextLengthError) else None)
+    if isinstance(error, ClosedError):
         return ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})
     log.error("request failed", exc_info=error)
     return ApiError(500, f"internal server error ({type(error).__name__})")
@@ -80,6 +81,10 @@ def install(app: FastAPI) -> None:
             return ApiError(404, f"no route {request.method} {request.url.path}").response()
         return ApiError(error.status_code, str(error.detail)).response()
 
+    @app.exception_handler(ClientGone)
+    async def gone(_: Request, __: ClientGone) -> JSONResponse:
+        return JSONResponse({}, status_code=499)  # nginx's "client closed request": nobody reads it
+
     @app.exception_handler(ApiError)
     async def api(_: Request, error: ApiError) -> JSONResponse:
         return error.response()
@@ -87,6 +92,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def other(_: Request, error: Exception) -> JSONResponse:
         return from_library(error).response()
+
+
+class ClientGone(Exception):
+    """The client disconnected before its (non-streamed) answer was ready."""
 
 
 def sse_error(error: BaseException) -> bytes:

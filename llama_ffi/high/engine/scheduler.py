@@ -29,7 +29,7 @@ import time
 
 from llama_ffi import ffi, lib
 from llama_ffi.high.adapters import Selection
-from llama_ffi.high.context import DecodeError, raise_for_decode_status
+from llama_ffi.high.context import ClosedError, DecodeError, raise_for_decode_status
 from llama_ffi.high.engine.choices import (NO_OUTPUT, Choice, Group, accept, closing_events, kv_cells, runs_greedily,
                                           sample)
 from llama_ffi.high.engine.request import AHEAD, DONE, Request, RequestCancelled
@@ -98,7 +98,7 @@ class Engine:
         engine's thread does."""
         with self._cond:
             if self._closed:
-                raise RuntimeError("this Llama has been closed")
+                raise ClosedError("this Llama has been closed")
             self._waiting.extend(request.groups)
             if request.in_asyncio:
                 self._async_requests += 1

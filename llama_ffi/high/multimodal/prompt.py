@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
+from llama_ffi.high.context import ContextLengthError
 from llama_ffi.high.multimodal.context import MtmdContext
 from llama_ffi.high.multimodal.media import Media
 
@@ -80,9 +81,9 @@ class MediaPrompt:
                 self.pieces.append(Piece(chunk, start, None, media_id))
 
     def check_cells(self, n_ctx: int) -> None:
-        """ValueError where the prompt's KV cells exceed a sequence's ``n_ctx`` (positions may not)."""
+        """ContextLengthError (a ValueError) where the prompt's KV cells exceed a sequence's ``n_ctx`` (positions may not)."""
         if self.n_cells > n_ctx:
-            raise ValueError(f"the prompt fills {len(self)} positions but needs {self.n_cells} KV cells (its media "
+            raise ContextLengthError(f"the prompt fills {len(self)} positions but needs {self.n_cells} KV cells (its media "
                              f"take more cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})")
 
 
