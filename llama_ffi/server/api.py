@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -66,6 +66,14 @@ class Served:
         if name is not None and name not in self.names:
             raise ApiError(404, f"the model {name!r} does not exist; this server serves {self.model_id!r}",
                            "model", "model_not_found")
+
+    def accept(self, body, embeddings: bool = False, rank: bool = False):
+        """The Llama for ``body``, once the model is loaded, the body names it (or none) and the
+        server was started for this task (generation, embeddings, or reranking)."""
+        llm = self.ready()
+        self.check_model(body.model)
+        self.check_task(embeddings, rank)
+        return llm
 
     @property
     def embeddings(self) -> bool:
@@ -166,9 +174,7 @@ async def _call(request: Request, work):
     become OpenAI-shaped ones."""
     try:
         return await unless_disconnected(request, work)
-    except ClientGone:
-        return JSONResponse({}, status_code=499)
-    except ApiError:
+    except (ApiError, ClientGone):
         raise
     except Exception as error:  # noqa: BLE001 - the client gets it, shaped
         raise errors.from_library(error) from None
@@ -199,27 +205,25 @@ def _routes(app: FastAPI, served: Served) -> None:
         with contextlib.ExitStack() as stack:
             stack.enter_context(served.ticket())
             result = await _call(request, call())
-            if not body.stream or isinstance(result, JSONResponse):
-                if isinstance(result, dict):
-                    result["model"] = served.model_id
-                    served.metrics.finished(result.get("usage"))
+            if not body.stream:
+                result["model"] = served.model_id
+                served.metrics.finished(result.get("usage"))
                 return result
             release = stack.pop_all()
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        seen: dict = {}
 
-        def ended(usage):
+        def ended():
             release.close()
-            served.metrics.finished(usage)
+            served.metrics.finished(seen.get("usage"))
 
-        return EventStream(openai_events(result, served.model_id, include_usage, ended, stream_shape))
+        return EventStream(openai_events(result, served.model_id, include_usage, seen, stream_shape), ended)
 
     @app.post("/v1/completions")
     @app.post("/completions")
     async def completions(request: Request):
         body = await parse(request, CompletionRequest)
-        llm = served.ready()
-        served.check_model(body.model)
-        served.check_task(embeddings=False)
+        llm = served.accept(body)
         kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=16)
         if body.logprobs is not None:
             kwargs["logprobs"] = body.logprobs
@@ -234,9 +238,7 @@ def _routes(app: FastAPI, served: Served) -> None:
     @app.post("/chat/completions")
     async def chat_completions(request: Request):
         body = await parse(request, ChatRequest)
-        llm = served.ready()
-        served.check_model(body.model)
-        served.check_task(embeddings=False)
+        llm = served.accept(body)
         params.check_media(body.messages, options.media_path)
         kwargs = params.chat_kwargs(llm, body, options.lora_names)
         return await generate(request, body, lambda: llm.acreate_chat_completion(body.messages, stream=body.stream,
@@ -245,9 +247,7 @@ def _routes(app: FastAPI, served: Served) -> None:
     @app.post("/infill")
     async def infill(request: Request):
         body = await parse(request, InfillRequest)
-        llm = served.ready()
-        served.check_model(body.model)
-        served.check_task(embeddings=False)
+        llm = served.accept(body)
         if body.input_extra:
             raise ApiError(400, "input_extra (repository context) is not supported", "input_extra")
         kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=None)
@@ -266,16 +266,11 @@ def _routes(app: FastAPI, served: Served) -> None:
     @app.post("/embeddings")
     async def embeddings(request: Request):
         body = await parse(request, EmbeddingRequest)
-        llm = served.ready()
-        served.check_model(body.model)
-        served.check_task(embeddings=True)
+        llm = served.accept(body, embeddings=True)
         if body.dimensions is not None and body.dimensions != int(llm.n_embd):
             raise ApiError(400, f"dimensions: this model's embeddings have {int(llm.n_embd)}", "dimensions")
-        with served.ticket():
-            try:  # euclidean normalisation, as llama-server's OpenAI route
-                out = await run_in_threadpool(llm.create_embedding, body.input, normalize=True)
-            except Exception as error:  # noqa: BLE001 - the client gets it, shaped
-                raise errors.from_library(error) from None
+        with served.ticket():  # euclidean normalisation, as llama-server's OpenAI route
+            out = await _call(request, run_in_threadpool(llm.create_embedding, body.input, normalize=True))
         out["model"] = served.model_id
         if body.encoding_format == "base64":
             for item in out["data"]:
@@ -289,14 +284,9 @@ def _routes(app: FastAPI, served: Served) -> None:
     @app.post("/reranking")
     async def rerank(request: Request):
         body = await parse(request, RerankRequest)
-        llm = served.ready()
-        served.check_model(body.model)
-        served.check_task(embeddings=True, rank=True)
+        llm = served.accept(body, embeddings=True, rank=True)
         with served.ticket():
-            try:
-                scores = await run_in_threadpool(llm.rank, body.query, body.documents)
-            except Exception as error:  # noqa: BLE001 - the client gets it, shaped
-                raise errors.from_library(error) from None
+            scores = await _call(request, run_in_threadpool(llm.rank, body.query, body.documents))
         results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
         results.sort(key=lambda r: -r["relevance_score"])
         if body.top_n is not None:

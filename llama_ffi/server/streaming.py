@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from llama_ffi.server.errors import sse_error
+from llama_ffi.server.errors import ClientGone, sse_error
 
 DONE = b"data: [DONE]\n\n"
 
@@ -27,38 +27,39 @@ async def close(iterator) -> None:
         await aclose()
 
 
-async def openai_events(chunks: AsyncIterator[dict], model: str, include_usage: bool,
-                        ended: Callable[[dict | None], None],
+async def openai_events(chunks: AsyncIterator[dict], model: str, include_usage: bool, seen: dict,
                         shape: Callable[[dict], dict] | None = None) -> AsyncIterator[bytes]:
     """The chunks as events. The library puts the request's usage on its last chunk; here it goes
     in a chunk of its own (``choices: []``) when the client asked for it, as OpenAI does. An error
-    after the first event is an event too. ``ended(usage)`` runs however the stream ends; ``shape``
+    after the first event is an event too. ``seen["usage"]``: the usage, once known; ``shape``
     turns a chunk into another endpoint's payload."""
-    usage = last = None
+    last = None
     try:
         try:
             async for chunk in chunks:
-                usage = chunk.pop("usage", None) or usage
+                if "usage" in chunk:
+                    seen["usage"] = chunk.pop("usage")
                 chunk["model"] = model
                 last = chunk
                 yield event(chunk if shape is None else shape(chunk))
-            if include_usage and usage is not None and last is not None:
-                yield event({**last, "choices": [], "usage": usage})
+            if include_usage and "usage" in seen and last is not None:
+                yield event({**last, "choices": [], "usage": seen["usage"]})
         except Exception as error:  # noqa: BLE001 - the client sees it as an event; the server goes on
             yield sse_error(error)
         yield DONE
     finally:
         await close(chunks)
-        ended(usage)
 
 
 class EventStream(StreamingResponse):
     """A stream that stops (its iterator cancelled) as soon as the client disconnects, whatever
-    ASGI version the server speaks."""
+    ASGI version the server speaks; ``ended()`` runs once it is over, however it ended (also
+    when the client left before the first event, where the iterator's own clean-up never runs)."""
 
-    def __init__(self, content: AsyncIterator[bytes]) -> None:
+    def __init__(self, content: AsyncIterator[bytes], ended: Callable[[], None]) -> None:
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.ended = ended
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as group:
@@ -72,11 +73,10 @@ class EventStream(StreamingResponse):
                 await self.stream_response(send)
             finally:
                 group.cancel_scope.cancel()
-                await close(self.body_iterator)
-
-
-class ClientGone(Exception):
-    """The client disconnected before its (non-streamed) answer was ready."""
+                try:
+                    await close(self.body_iterator)
+                finally:
+                    self.ended()
 
 
 async def unless_disconnected(request: Request, work: Awaitable):
