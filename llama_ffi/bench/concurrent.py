@@ -59,17 +59,19 @@ def batched_bench(binary: Path, model: str, threads: int, n: int) -> float:
     return float(batched_bench_row(binary, model, threads, N_PROMPT, N_GEN, n, REQUEST_S)["t"])
 
 
-class Server:
-    """llama-server with ``n`` slots on 127.0.0.1, stopped with SIGTERM."""
+class HttpServer:
+    """A server process on 127.0.0.1 (llama-server, or ``llama-ffi serve``) with ``n`` slots and the
+    batched tables' context and batch sizes, answering ``/v1/completions`` of ``N_GEN`` greedy
+    tokens (``ignore_eos``, plus ``extra`` body fields); stopped with SIGTERM."""
 
-    def __init__(self, binary: Path, model: str, threads: int, n: int) -> None:
+    def __init__(self, command: list[str], model: str, threads: int, n: int, extra: dict | None = None) -> None:
         from llama_ffi.rpc import free_port
 
-        self.port = free_port()
+        self.port, self.extra = free_port(), dict(extra or {})
         self.proc = subprocess.Popen(
-            [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_CTX),
-             "-b", str(BATCHED_BATCH), "-ub", str(BATCHED_UBATCH), "-np", str(n), "-kvu", "--host", "127.0.0.1", "--port", str(self.port),
-             "--no-webui"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [*command, "-m", model, "-t", str(threads), "-c", str(BATCHED_CTX), "-b", str(BATCHED_BATCH),
+             "-ub", str(BATCHED_UBATCH), "-np", str(n), "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + SERVER_START_S
         while time.monotonic() < deadline:
             try:
@@ -79,32 +81,40 @@ class Server:
             except OSError:
                 time.sleep(0.2)
         self.close()
-        raise RuntimeError("llama-server did not start")
+        raise RuntimeError(f"{command[0]} did not start")
 
     def complete(self, prompt: list[int]) -> None:
-        body = json.dumps({"prompt": prompt, "n_predict": N_GEN, "temperature": 0, "ignore_eos": True,
-                           "cache_prompt": False}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
+        body = json.dumps({"prompt": prompt, "max_tokens": N_GEN, "temperature": 0, "ignore_eos": True,
+                           **self.extra}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", body,
                                      {"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=REQUEST_S) as r:
-            r.read()
+            out = json.loads(r.read())
+        if out["usage"]["completion_tokens"] != N_GEN:
+            raise RuntimeError(f"expected {N_GEN} tokens, got {out['usage']}")
 
     def close(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(30)
+            self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
 
 
-def server_run(binary: Path, model: str, threads: int, n: int, n_vocab: int, repeats: int) -> float:
-    server = Server(binary, model, threads, n)
+def timed_server(server: HttpServer, n_vocab: int, n: int, repeats: int) -> float:
+    """Median wall seconds of ``n`` concurrent clients, after one warm-up request; then stopped."""
     try:
         server.complete(prompts(n_vocab, 1)[0])  # warm-up
         return _median([run_threads([lambda p=p: server.complete(p) for p in prompts(n_vocab, n)])
                         for _ in range(repeats)])
     finally:
         server.close()
+
+
+def server_run(binary: Path, model: str, threads: int, n: int, n_vocab: int, repeats: int) -> float:
+    """llama-server answering each prompt afresh (no prompt cache), as llama-batched-bench does."""
+    server = HttpServer([str(binary), "--no-webui", "-kvu"], model, threads, n, {"cache_prompt": False})
+    return timed_server(server, n_vocab, n, repeats)
 
 
 def short_during_long(llm, ban: dict) -> tuple[float, float]:

@@ -6,64 +6,15 @@ a free port; wall time from the first request to the last answer, a median of ``
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
-from llama_ffi.bench.common import BATCHED_BATCH, BATCHED_CTX, BATCHED_UBATCH, _median, batched_llama, eog_ban
-from llama_ffi.bench.concurrent import CALLERS, N_GEN, REQUEST_S, SERVER_START_S, ours, prompts, run_threads
-
-
-class HttpServer:
-    """A server process on 127.0.0.1 (llama-server, or ``llama-ffi serve``), stopped with SIGTERM."""
-
-    def __init__(self, command: list[str], model: str, threads: int, n: int) -> None:
-        from llama_ffi.rpc import free_port
-
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [*command, "-m", model, "-t", str(threads), "-c", str(BATCHED_CTX), "-b", str(BATCHED_BATCH),
-             "-ub", str(BATCHED_UBATCH), "-np", str(n), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + SERVER_START_S
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        self.close()
-        raise RuntimeError(f"{command[0]} did not start")
-
-    def complete(self, prompt: list[int]) -> None:
-        body = json.dumps({"prompt": prompt, "max_tokens": N_GEN, "temperature": 0, "ignore_eos": True}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", body,
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=REQUEST_S) as r:
-            out = json.loads(r.read())
-        if out["usage"]["completion_tokens"] != N_GEN:
-            raise RuntimeError(f"expected {N_GEN} tokens, got {out['usage']}")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+from llama_ffi.bench.common import _median, batched_llama, eog_ban
+from llama_ffi.bench.concurrent import CALLERS, N_GEN, HttpServer, ours, timed_server
 
 
 def timed(command: list[str], model: str, threads: int, n: int, n_vocab: int, repeats: int) -> float:
-    server = HttpServer(command, model, threads, n)
-    try:
-        server.complete(prompts(n_vocab, 1)[0])  # warm-up
-        return _median([run_threads([lambda p=p: server.complete(p) for p in prompts(n_vocab, n)])
-                        for _ in range(repeats)])
-    finally:
-        server.close()
+    return timed_server(HttpServer(command, model, threads, n), n_vocab, n, repeats)
 
 
 def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[dict]:
