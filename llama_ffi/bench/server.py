@@ -1,35 +1,63 @@
 """The benchmark's server table: N concurrent HTTP clients (1-16), each one ``/v1/completions`` of
 ``N_PROMPT`` prompt tokens and ``N_GEN`` greedy tokens (``ignore_eos``), against ``llama-server -np
-N`` from the pinned tree on the same requests, and against the same callers in-process on our engine.
+N`` from the pinned tree on the same requests, and against the same requests as asyncio tasks on an
+in-process ``Llama`` (what the server runs, without HTTP).
 Both servers get the same context, batch sizes and threads, one pool of KV cells, 127.0.0.1 and
-a free port; wall time from the first request to the last answer, a median of ``repeats``."""
+a free port, and keep their prompt caches (llama-server's default); wall time from the first
+request to the last answer, a median of ``repeats``."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
 from pathlib import Path
 
 from llama_ffi.bench.common import _median, batched_llama, eog_ban
-from llama_ffi.bench.concurrent import CALLERS, N_GEN, HttpServer, ours, timed_server
+from llama_ffi.bench.concurrent import CALLERS, N_GEN, HttpServer, prompts, run_threads
 
 
-def timed(command: list[str], model: str, threads: int, n: int, n_vocab: int, repeats: int) -> float:
-    return timed_server(HttpServer(command, model, threads, n), n_vocab, n, repeats)
+def in_asyncio(llm, n: int, ban: dict) -> float:
+    """The same requests as ``n`` asyncio tasks on the Llama (the driver the server uses), wall
+    seconds; its slots keep their caches between runs, as the servers' do."""
+    async def all_of() -> None:
+        await asyncio.gather(*(llm.acreate_completion(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
+                               for p in prompts(llm.n_vocab(), n)))
+
+    started = time.perf_counter()
+    asyncio.run(all_of())
+    return time.perf_counter() - started
 
 
 def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[dict]:
+    """Count by count: the in-process engine (a Llama with N slots, as the servers have), then both
+    servers up at once and timed in turns (llama-server, then ours, ``repeats`` times), so that
+    both see the same machine speed; an idle server takes no CPU."""
     native = tools / "llama-server" if tools and (tools / "llama-server").is_file() else None
-    ffi = [sys.executable, "-m", "llama_ffi.server"]
+    commands = {"ffi_s": [sys.executable, "-m", "llama_ffi.server"]}
+    if native:
+        commands = {"native_s": [str(native), "--no-webui", "-kvu"], **commands}
     rows = []
-    with batched_llama(model, threads, max(CALLERS)) as llm:
-        ban, n_vocab = eog_ban(llm), llm.n_vocab()
-        ours(llm, 2, ban)  # warm-up
-        in_process = {n: _median([ours(llm, n, ban) for _ in range(repeats)]) for n in CALLERS}
-    for n in CALLERS:  # each server alone on the machine, llama-server first
-        rows.append({"clients": n,
-                     "native_s": timed([str(native), "--no-webui", "-kvu"], model, threads, n, n_vocab, repeats)
-                     if native else float("nan"),
-                     "ffi_s": timed(ffi, model, threads, n, n_vocab, repeats), "in_process_s": in_process[n]})
+    for n in CALLERS:
+        with batched_llama(model, threads, n) as llm:
+            ban, n_vocab = eog_ban(llm), llm.n_vocab()
+            in_asyncio(llm, n, ban)  # warm-up
+            row = {"clients": n, "native_s": float("nan"),
+                   "in_process_s": _median([in_asyncio(llm, n, ban) for _ in range(repeats)])}
+        servers = {}
+        try:
+            for key, command in commands.items():
+                servers[key] = HttpServer(command, model, threads, n)
+                servers[key].complete(prompts(n_vocab, 1)[0])  # warm-up
+            times: dict[str, list[float]] = {key: [] for key in servers}
+            for _ in range(repeats):
+                for key, server in servers.items():
+                    times[key].append(run_threads([lambda p=p, s=server: s.complete(p) for p in prompts(n_vocab, n)]))
+            row.update({key: _median(t) for key, t in times.items()})
+        finally:
+            for server in servers.values():
+                server.close()
+        rows.append(row)
     return rows
 
 
