@@ -85,6 +85,11 @@ class LlamaCache:
     def data(self, entry: Entry) -> bytes:
         return entry.data
 
+    def discard(self, entry: Entry) -> None:
+        """Drop an entry that could not be restored (its bytes are damaged or not this context's)."""
+        if self._entries.pop(entry.key, None) is not None:
+            self._dropped(entry)
+
     # ---- what the slots call ------------------------------------------------------------------
     def remember(self, context, slot) -> None:
         """Store what ``slot`` holds before it is lost."""
@@ -139,7 +144,8 @@ class LlamaDiskCache(LlamaCache):
         entry.data = b""  # on disk only
 
     def _dropped(self, entry: Entry) -> None:
-        entry.path.unlink(missing_ok=True)
+        if entry.path is not None:
+            entry.path.unlink(missing_ok=True)
 
     def data(self, entry: Entry) -> bytes:
         return entry.path.read_bytes()

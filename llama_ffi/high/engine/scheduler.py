@@ -28,6 +28,7 @@ import threading
 import time
 
 from llama_ffi import ffi, lib
+from llama_ffi._logging import logger
 from llama_ffi.high.adapters import Selection
 from llama_ffi.high.context import ClosedError, DecodeError, raise_for_decode_status
 from llama_ffi.high.engine.choices import (NO_OUTPUT, Choice, Group, accept, closing_events, kv_cells, runs_greedily,
@@ -151,8 +152,15 @@ class Engine:
             request.channel.poke()
 
     def _fail_all(self, error: BaseException) -> None:
+        """A step failed in a way no one request explains: every request in flight ends with the
+        error, and the slots they held are freed and forgotten (their cells may be half written),
+        so the next request finds the engine as after ``close`` of them all."""
         with self._cond:
             for request in self._requests():
+                for c in request.choices:
+                    if c.slot is not None and c.slot.owner is c:
+                        self._release(c)
+                        self.slots.forget(c.slot)
                 self._end_request(request, error)
             self._waiting.clear()
             self._evaluating, self._generating = [], []
@@ -322,7 +330,11 @@ class Engine:
                     self._stalled = True  # until a running choice ends
                     break
             self._waiting.popleft()
-            keep = self._restore_longer_prefix(group.prompt, selection, slot, keep)
+            try:
+                keep = self._restore_longer_prefix(group.prompt, selection, slot, keep)
+            except Exception as error:  # noqa: BLE001 - this request's fault: it alone ends with it
+                self._fail_request(group.request, error)
+                continue
             keep = self.slots.cut(slot, keep)
             group.evaluated = group.cached = keep
             others = sorted((s for s in idle if s is not slot), key=lambda s: s.last_used)
@@ -348,7 +360,14 @@ class Engine:
             return keep
         if slot.tokens:
             cache.remember(self.context, slot)
-        cache.restore(self.context, slot, entry, copy_of(selection))
+        try:
+            cache.restore(self.context, slot, entry, copy_of(selection))
+        except (OSError, ValueError) as error:  # damaged, cut short, another context's: a miss
+            logger.warning("prompt cache: an entry of %d tokens could not be restored (%s); dropped",
+                           len(entry.tokens), error)
+            cache.discard(entry)
+            self.slots.forget(slot)  # whatever part of the state llama.cpp took is not trusted
+            return 0
         return length
 
     # ---- prompts ------------------------------------------------------------------------------------------
