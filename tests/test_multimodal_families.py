@@ -17,7 +17,7 @@ import tiny_gemma4
 import tiny_qwen
 from llama_ffi.high import Llama
 from llama_ffi.high.chat import media_parts
-from llama_ffi.high.chat.completion import plan_chat
+from llama_ffi.high.chat.completion import call_options, plan_chat
 from llama_ffi.high.chat.templates import ChatTemplate
 from near_tie import bound
 from test_multimodal import png
@@ -170,7 +170,7 @@ def test_qwen3vl_reasoning_switch_reaches_the_template(fx):
     for force in (True, False):
         with Llama(model, chat_handler=Qwen3VLChatHandler(mmproj, force_reasoning=force), n_ctx=N_CTX,
                    progress=False) as llm:
-            prompts[force] = llm.detokenize(list(plan_chat(llm, messages, **llm._chat_options({})).tokens)).decode()
+            prompts[force] = llm.detokenize(list(plan_chat(llm, messages, **call_options(llm, {})).tokens)).decode()
     assert prompts[True].endswith("<think>\n") and prompts[False].endswith("<think>\n\n</think>\n\n")
 
 
@@ -273,10 +273,10 @@ def test_handler_names_and_template_arguments(fx, tmp_path):
     messages = [{"role": "user", "content": [image(fx["a"]), {"type": "text", "text": QUESTION}]}]
     with Llama(model, chat_handler=multimodal.Qwen25VLChatHandler(mmproj), n_ctx=N_CTX, progress=False,
                chat_handler_kwargs={"extra_template_arguments": {"add_vision_id": True}}) as llm:
-        prompt = llm.detokenize(list(plan_chat(llm, messages, **llm._chat_options({})).tokens)).decode()
+        prompt = llm.detokenize(list(plan_chat(llm, messages, **call_options(llm, {})).tokens)).decode()
         assert "Picture 1: " in prompt
         # a call's own template variables win
-        plain = plan_chat(llm, messages, **llm._chat_options({"extra_template_arguments": {"add_vision_id": False}}))
+        plain = plan_chat(llm, messages, **call_options(llm, {"extra_template_arguments": {"add_vision_id": False}}))
         assert "Picture" not in llm.detokenize(list(plain.tokens)).decode()
 
 
