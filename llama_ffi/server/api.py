@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hmac
 import threading
 import time
 from collections.abc import Callable
@@ -119,7 +120,7 @@ class Gate:
         given = headers.get("authorization") or headers.get("x-api-key") or ""
         if given.lower().startswith("bearer "):
             given = given[len("bearer "):].strip()
-        if given in self.keys:
+        if any(hmac.compare_digest(given.encode(), key.encode()) for key in self.keys):  # constant time
             return await self.app(scope, receive, send)
         error = ApiError(401, "invalid API key" if given else "an API key is required (Authorization: Bearer KEY)",
                          code="invalid_api_key")
@@ -251,8 +252,10 @@ def _routes(app: FastAPI, served: Served) -> None:
         if body.input_extra:
             raise ApiError(400, "input_extra (repository context) is not supported", "input_extra")
         kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=None)
-        call = lambda: llm.acreate_completion(body.input_prefix + body.prompt, suffix=body.input_suffix,
-                                              stream=body.stream, **kwargs)
+        def call():
+            return llm.acreate_completion(body.input_prefix + body.prompt, suffix=body.input_suffix,
+                                          stream=body.stream, **kwargs)
+
         result = await generate(request, body, call, stream_shape=_infill_chunk)
         if isinstance(result, dict):
             choice = result["choices"][0]

@@ -51,6 +51,12 @@ async def openai_events(chunks: AsyncIterator[dict], model: str, include_usage: 
         await close(chunks)
 
 
+async def until_disconnect(receive: Receive) -> None:
+    """Returns when the client has gone (the body was read already: nothing else comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class EventStream(StreamingResponse):
     """A stream that stops (its iterator cancelled) as soon as the client disconnects, whatever
     ASGI version the server speaks; ``ended()`` runs once it is over, however it ended (also
@@ -64,8 +70,7 @@ class EventStream(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as group:
             async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
+                await until_disconnect(receive)
                 group.cancel_scope.cancel()
 
             group.start_soon(watch)
@@ -82,12 +87,7 @@ class EventStream(StreamingResponse):
 async def unless_disconnected(request: Request, work: Awaitable):
     """``work``'s result; cancelled (its slot freed at the next step) if the client goes away."""
     task = asyncio.ensure_future(work)
-
-    async def gone() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(gone())
+    watcher = asyncio.ensure_future(until_disconnect(request.receive))
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
