@@ -267,8 +267,14 @@ def test_models_tokenize_detokenize_infill(server, reference):
     assert "".join(p["piece"] for p in pieces) == "Hi"
     r = httpx.post(server.url + "/detokenize", json={"tokens": [10 ** 7]})
     assert r.status_code == 400 and "error" in r.json()
-    r = httpx.post(server.url + "/infill", json={"input_prefix": "def f(", "input_suffix": "):\n", "n_predict": 4})
-    assert r.status_code == 400 and "FIM" in r.json()["error"]["message"] or r.status_code == 200
+    r = httpx.post(server.url + "/infill", json={"input_prefix": "def f(", "input_suffix": "):\n", "n_predict": 4,
+                                                 "temperature": 0})
+    try:  # whatever the model is: the server answers as the in-process Llama does
+        want = reference("def f(", suffix="):\n", max_tokens=4, temperature=0)
+    except ValueError as error:
+        assert r.status_code == 400 and r.json()["error"]["message"] == str(error)
+    else:
+        assert r.status_code == 200 and r.json()["tokens_predicted"] == want["usage"]["completion_tokens"]
 
 
 def test_slots_and_metrics(server, client):
@@ -478,7 +484,7 @@ def test_health_is_503_while_the_model_loads(smollm2_path):
     """The app listens before its Llama exists (``llama-ffi serve`` loads in a thread)."""
     from fastapi.testclient import TestClient
 
-    from llama_ffi.high import Llama
+    from llama_ffi.high import ClosedError, Llama
     from llama_ffi.server.api import create_app
     from llama_ffi.server.options import ServerOptions
 
@@ -499,4 +505,27 @@ def test_health_is_503_while_the_model_loads(smollm2_path):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2}).json()["usage"]["completion_tokens"]
-    assert app.state.served.llm._closed  # the server owned it: closed at shutdown
+    with pytest.raises(ClosedError):  # the server owned it: closed at shutdown
+        app.state.served.llm.tokenize("x")
+
+
+def test_infill_with_fim_tokens_declared_by_override_kv(smollm2_path):
+    """SmolLM2 has no FIM tokens; llama-server's --override-kv declares three (as tests/test_infill.py
+    does): /infill then answers as the in-process Llama with the same overrides, the same shapes."""
+    from llama_ffi.high import Llama
+
+    fim = {"tokenizer.ggml.fim_pre_token_id": 8, "tokenizer.ggml.fim_suf_token_id": 9,
+           "tokenizer.ggml.fim_mid_token_id": 10}
+    prefix, suffix = "def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"
+    with Llama(smollm2_path, kv_overrides=fim, n_ctx=1024, n_threads=2, progress=False) as llm:
+        want = llm(prefix, suffix=suffix, max_tokens=12, temperature=0)
+    flags = [f for key, value in fim.items() for f in ("--override-kv", f"{key}=int:{value}")]
+    with ServerProcess(smollm2_path, "-c", "1024", *flags) as s:
+        out = httpx.post(s.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix, "n_predict": 12,
+                                                  "temperature": 0}, timeout=60).json()
+        with httpx.stream("POST", s.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix,
+                                                           "n_predict": 12, "temperature": 0, "stream": True}) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert out["content"] == want["choices"][0]["text"]
+    assert out["tokens_evaluated"] == want["usage"]["prompt_tokens"]
+    assert "".join(e["content"] for e in events) == out["content"] and events[-1]["stop"]

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="serve /v1/embeddings (an embedding model) instead of completions")
     g.add_argument("--reranking", "--rerank", action="store_true", help="serve /v1/rerank (a reranking model)")
     g.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), help="embedding pooling")
+    g.add_argument("--override-kv", action="append", default=[], type=_override, metavar="KEY=TYPE:VALUE",
+                   help="override model metadata (TYPE: int, float, bool, str), e.g. "
+                   "tokenizer.ggml.fim_pre_token_id=int:8 (repeatable)")
     g.add_argument("--chat-template", metavar="NAME", help="one of llama.cpp's built-in chat templates")
     g.add_argument("--no-metrics", dest="metrics", action="store_false", help="no GET /metrics")
     g.add_argument("--metrics", dest="metrics", action="store_true", help="GET /metrics (the default)")
@@ -39,6 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout-graceful-shutdown", type=float, default=None, metavar="SECONDS",
                    help="on SIGTERM, wait at most this long for requests in flight (default: until they end)")
     parser.set_defaults(metrics=True, slots=True)
+
+
+def _override(text: str) -> tuple[str, bool | int | float | str]:
+    """llama.cpp's ``--override-kv KEY=TYPE:VALUE``."""
+    key, _, typed = text.partition("=")
+    kind, _, value = typed.partition(":")
+    try:
+        parse = {"int": int, "float": float, "str": str, "bool": {"true": True, "false": False}.__getitem__}[kind]
+        return key, parse(value)
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected KEY=TYPE:VALUE with TYPE int, float, bool or str, "
+                                         f"got {text!r}") from None
 
 
 def api_keys(args: argparse.Namespace) -> list[str]:
@@ -53,7 +68,8 @@ def llama_options(args: argparse.Namespace) -> dict:
     """The Llama's keyword arguments that these flags decide."""
     from llama_ffi import lib
 
-    out: dict = {"chat_format": args.chat_template, "n_batch": args.batch_size, "n_ubatch": args.ubatch_size}
+    out: dict = {"chat_format": args.chat_template, "n_batch": args.batch_size, "n_ubatch": args.ubatch_size,
+                 "kv_overrides": dict(args.override_kv) or None}
     if args.parallel is not None:
         if args.parallel < 1:
             raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
