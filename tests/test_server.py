@@ -529,3 +529,37 @@ def test_infill_with_fim_tokens_declared_by_override_kv(smollm2_path):
     assert out["content"] == want["choices"][0]["text"]
     assert out["tokens_evaluated"] == want["usage"]["prompt_tokens"]
     assert "".join(e["content"] for e in events) == out["content"] and events[-1]["stop"]
+
+
+def test_images_as_data_uris_and_from_the_media_path(smollm2_path, tmp_path):
+    """A tiny synthetic projector (tests/tiny_mmproj.py); each answer equals the in-process Llama's
+    for the same requests in the same order (the same slots, the same batch shapes)."""
+    import tiny_mmproj
+    from test_multimodal import png
+
+    from llama_ffi.high import Llama
+
+    mmproj = tiny_mmproj.write_mmproj(tmp_path / "mmproj.gguf", n_embd_text=576)
+    media = tmp_path / "media"
+    media.mkdir()
+    first, second = png(media / "a.png", 40, 30, 1), png(media / "b.png", 50, 20, 2)
+    data_uri = "data:image/png;base64," + base64.b64encode(first.read_bytes()).decode()
+
+    def ask(url: str) -> list[dict]:
+        return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                             {"type": "text", "text": "Describe."}]}]
+
+    with Llama(smollm2_path, mmproj_path=mmproj, n_ctx=1024, n_threads=2, chat_format="chatml",
+               progress=False) as llm:
+        want = [llm.create_chat_completion(ask(url), max_tokens=8, temperature=0)["choices"][0]["message"]["content"]
+                for url in (data_uri, str(second))]
+    with ServerProcess(smollm2_path, "-c", "1024", "--mmproj", str(mmproj), "--chat-template", "chatml",
+                       "--media-path", str(media)) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        got = [client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=ask(url),
+                                              max_tokens=8, temperature=0).choices[0].message.content
+               for url in (data_uri, "file://b.png")]
+        assert got == want
+        for url in (str(tmp_path / "mmproj.gguf"), "../mmproj.gguf", "http://127.0.0.1:1/a.png"):
+            r = httpx.post(s.url + "/v1/chat/completions", json={"messages": ask(url), "max_tokens": 1})
+            assert r.status_code == 400 and "messages[0].content[0]" in r.json()["error"]["message"], r.text
