@@ -4,6 +4,7 @@ process, the real engine, answers compared with the same requests on an in-proce
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import base64
 import json
 import threading
@@ -563,3 +564,32 @@ def test_images_as_data_uris_and_from_the_media_path(smollm2_path, tmp_path):
         for url in (str(tmp_path / "mmproj.gguf"), "../mmproj.gguf", "http://127.0.0.1:1/a.png"):
             r = httpx.post(s.url + "/v1/chat/completions", json={"messages": ask(url), "max_tokens": 1})
             assert r.status_code == 400 and "messages[0].content[0]" in r.json()["error"]["message"], r.text
+
+
+def test_lora_adapters_per_request(smollm2_path, tmp_path):
+    """--lora applies to every request unless its ``lora`` field says otherwise (llama-server's
+    rule); requests under different adapters share the server, each answering as alone."""
+    import tiny_adapters
+
+    from llama_ffi.high import Llama
+
+    adapter = tiny_adapters.write_lora(tmp_path / "coder.gguf", smollm2_path, seed=1)
+    prompt = "The capital of France is"
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, progress=False) as llm:
+        llm.load_lora("a", adapter)
+        plain = llm(prompt, max_tokens=12, temperature=0, active_loras=[])["choices"][0]["text"]
+        with_adapter = llm(prompt, max_tokens=12, temperature=0, active_loras=[{"name": "a", "scale": 1.0}])
+        half = llm(prompt, max_tokens=12, temperature=0, active_loras=[{"name": "a", "scale": 0.5}])
+    with_adapter, half = with_adapter["choices"][0]["text"], half["choices"][0]["text"]
+    assert with_adapter != plain  # the adapter matters for this prompt
+    with ServerProcess(smollm2_path, "-c", "1024", "--lora", str(adapter)) as s:
+        def complete(lora):
+            body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, **({} if lora is None else {"lora": lora})}
+            return httpx.post(s.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+
+        assert complete(None) == with_adapter
+        assert complete([{"id": 0, "scale": 0}]) == plain
+        assert complete([{"id": 0, "scale": 0.5}]) == half
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:  # three selections at once
+            outs = list(pool.map(complete, [None, [], [{"id": 0, "scale": 0.5}]]))
+        assert outs == [with_adapter, plain, half]
