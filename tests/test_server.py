@@ -4,8 +4,8 @@ process, the real engine, answers compared with the same requests on an in-proce
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import base64
+import concurrent.futures
 import json
 import threading
 import time

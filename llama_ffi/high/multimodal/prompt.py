@@ -81,10 +81,12 @@ class MediaPrompt:
                 self.pieces.append(Piece(chunk, start, None, media_id))
 
     def check_cells(self, n_ctx: int) -> None:
-        """ContextLengthError (a ValueError) where the prompt's KV cells exceed a sequence's ``n_ctx`` (positions may not)."""
+        """ContextLengthError (a ValueError) where the prompt's KV cells exceed a sequence's
+        ``n_ctx`` (positions may not)."""
         if self.n_cells > n_ctx:
-            raise ContextLengthError(f"the prompt fills {len(self)} positions but needs {self.n_cells} KV cells (its media "
-                             f"take more cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})")
+            raise ContextLengthError(
+                f"the prompt fills {len(self)} positions but needs {self.n_cells} KV cells (its media take more "
+                f"cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})")
 
 
     def __len__(self) -> int:
