@@ -148,6 +148,7 @@ class Context:
             raise ValueError(f"llama.cpp could not create a context: {reason(errors, 'unknown error')}")
         self._ptr = ptr
         self.model = model
+        self.type_k, self.type_v = cp.type_k, cp.type_v  # the KV cache's element types, for saved states
         self.remote = model.remote  # RPC workers: a lost one is raised after the decode it spoiled
         self.n_vocab = model.n_vocab
         self.memory = lib.llama_get_memory(ptr)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -96,6 +98,23 @@ def check_gguf_file(path: Path) -> None:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise ValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
+
+
+FINGERPRINT_SPAN = 1 << 20
+
+
+def file_fingerprint(path: Path) -> str:
+    """A model file's identity for saved states: its size and the hash of its first and last MiB
+    (the GGUF header and metadata, the first and last tensors' bytes). Two files that differ only
+    inside the middle tensors collide; that costs 2 MiB of reading instead of the whole file."""
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    digest.update(str(size).encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(FINGERPRINT_SPAN))
+        f.seek(max(size - FINGERPRINT_SPAN, 0))
+        digest.update(f.read(FINGERPRINT_SPAN))
+    return digest.hexdigest()[:32]
 
 
 def load_mode(use_mmap: bool | None, use_mlock: bool | None) -> int:
@@ -254,6 +273,15 @@ class Model:
     @property
     def n_embd(self) -> int:
         return lib.llama_model_n_embd(self.ptr)
+
+    @property
+    def n_layer(self) -> int:
+        return lib.llama_model_n_layer(self.ptr)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """The loaded file's identity (``file_fingerprint``), read once."""
+        return file_fingerprint(self.path)
 
     @property
     def memory_is_recurrent(self) -> bool:

@@ -13,39 +13,56 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import json
+import logging
 import os
+import time
+import weakref
 from pathlib import Path
 
 from llama_ffi.high import state as state_format
 from llama_ffi.high.engine.slots import served_prefix
 
+logger = logging.getLogger("llama_ffi")
+
 MIN_TOKENS = 8  # shorter caches are cheaper to evaluate again than to store
+STALE_TMP_SECONDS = 600  # a temporary file this old was left by a writer that died
 
 
 class Entry:
     """One stored slot state: what it holds (for matching) and its bytes (``state`` format)."""
 
-    def __init__(self, tokens: list[int], spans: list, selection_key: str, data: bytes) -> None:
+    def __init__(self, tokens: list[int], spans: list, selection_key: str, producer_key: str, data: bytes) -> None:
         self.tokens, self.spans, self.selection_key, self.data = tokens, spans, selection_key, data
+        self.producer_key = producer_key  # what made it (model, KV types, build): see state.producer_of
         self.size = len(data)           # bytes stored (on disk, once ``data`` is dropped)
         self.path: Path | None = None   # a disk cache's file
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(repr((self.tokens, self.spans, self.selection_key)).encode()).hexdigest()
+        held = (self.tokens, self.spans, self.selection_key, self.producer_key)
+        return hashlib.sha256(repr(held).encode()).hexdigest()
 
-    def common_prefix(self, prompt, selection_key: str) -> int:
-        return served_prefix(self.tokens, self.spans, prompt) if selection_key == self.selection_key else 0
+    def common_prefix(self, prompt, selection_key: str, producer_key: str) -> int:
+        if selection_key != self.selection_key or producer_key != self.producer_key:
+            return 0
+        return served_prefix(self.tokens, self.spans, prompt)
+
+
+def producer_key(producer: dict) -> str:
+    return hashlib.sha256(json.dumps(producer, sort_keys=True).encode()).hexdigest()[:32]
 
 
 class LlamaCache:
-    """The entries of a cache, least recently used first, within ``capacity_bytes``."""
+    """The entries of a cache, least recently used first, within ``capacity_bytes``. One cache may
+    serve several Llamas: an entry matches only the model, KV types and build that made it."""
 
     def __init__(self, capacity_bytes: int = 2 << 30) -> None:
         if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int) or capacity_bytes <= 0:
             raise ValueError(f"capacity_bytes must be a positive int, got {capacity_bytes!r}")
         self.capacity_bytes = capacity_bytes
         self._entries: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+        self._producers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
     def cache_size(self) -> int:
@@ -55,11 +72,19 @@ class LlamaCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def best(self, prompt, selection_key: str) -> tuple[Entry | None, int]:
-        """The entry sharing the longest prefix with ``prompt``, and that length."""
+    def producer(self, context) -> tuple[dict, str]:
+        """``context``'s producer (``state.producer_of``) and its key, worked out once."""
+        if context not in self._producers:
+            made_by = state_format.producer_of(context)
+            self._producers[context] = (made_by, producer_key(made_by))
+        return self._producers[context]
+
+    def best(self, context, prompt, selection_key: str) -> tuple[Entry | None, int]:
+        """The entry ``context`` can restore sharing the longest prefix with ``prompt``, and that length."""
+        _, made_by = self.producer(context)
         found, length = None, 0
         for entry in self._entries.values():
-            n = entry.common_prefix(prompt, selection_key)
+            n = entry.common_prefix(prompt, selection_key, made_by)
             if n > length:
                 found, length = entry, n
         if found is not None:
@@ -70,14 +95,16 @@ class LlamaCache:
         if len(entry.data) > self.capacity_bytes:
             return
         self._entries.pop(entry.key, None)
+        if not self._written(entry):
+            return
         self._entries[entry.key] = entry
-        self._written(entry)
         while self.cache_size > self.capacity_bytes:
             _, old = self._entries.popitem(last=False)
             self._dropped(old)
 
-    def _written(self, entry: Entry) -> None:
-        """Where a subclass keeps the entry's bytes."""
+    def _written(self, entry: Entry) -> bool:
+        """Where a subclass keeps the entry's bytes; False when it could not (then it is not kept)."""
+        return True
 
     def _dropped(self, entry: Entry) -> None:
         """Where a subclass forgets them."""
@@ -95,18 +122,24 @@ class LlamaCache:
         """Store what ``slot`` holds before it is lost."""
         if len(slot.tokens) < MIN_TOKENS or slot.selection is None:
             return
-        entry = Entry(list(slot.tokens), [tuple(s) for s in slot.media_spans], slot.selection.stable_key, b"")
+        made_by, made_by_key = self.producer(context)
+        entry = Entry(list(slot.tokens), [tuple(s) for s in slot.media_spans], slot.selection.stable_key,
+                      made_by_key, b"")
         if entry.key in self._entries:
             self._entries.move_to_end(entry.key)
             return
         entry.data = state_format.encode(slot.tokens, slot.media_spans, slot.selection,
-                                         context.seq_state_bytes(slot.seq))
+                                         context.seq_state_bytes(slot.seq), made_by)
         entry.size = len(entry.data)
         self.store(entry)
 
     def restore(self, context, slot, entry: Entry, selection) -> None:
-        """Put ``entry``'s state into ``slot`` (computed under ``selection``)."""
-        header, seq_state, _ = state_format.decode(self.data(entry))
+        """Put ``entry``'s state into ``slot`` (computed under ``selection``); ValueError or OSError
+        when its bytes cannot be read or fail a check (nothing reached llama.cpp then)."""
+        made_by, _ = self.producer(context)
+        header, seq_state, _ = state_format.decode(self.data(entry), made_by)
+        if list(header["tokens"]) != entry.tokens:
+            raise ValueError("the entry's file holds another state than its index says")
         context.set_seq_state_bytes(slot.seq, seq_state)
         slot.tokens, slot.media_spans = list(header["tokens"]), [tuple(s) for s in header["media_spans"]]
         slot.selection = selection
@@ -117,7 +150,10 @@ class LlamaRAMCache(LlamaCache):
 
 
 class LlamaDiskCache(LlamaCache):
-    """Slot states in files under ``cache_dir``, found again by a later process."""
+    """Slot states in files under ``cache_dir``, found again by a later process (or shared with
+    another one). Opening reads each file's header only; a file is read whole, and its checksum
+    checked, when it is restored. Files that are damaged or of an older format (which has no
+    checksum) are removed when the cache opens, with one log line."""
 
     SUFFIX = ".llama-ffi-state"
 
@@ -125,23 +161,50 @@ class LlamaDiskCache(LlamaCache):
         super().__init__(capacity_bytes)
         self.cache_dir = Path(cache_dir)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        files = sorted(self.cache_dir.glob(f"*{self.SUFFIX}"), key=lambda p: p.stat().st_mtime)
-        for path in files:
+        self._remove_stale_temporaries()
+        found, removed = [], []
+        for path in self.cache_dir.glob(f"*{self.SUFFIX}"):
             try:
-                header, _, whole = state_format.decode(path.read_bytes())
-            except (OSError, ValueError):
-                continue  # not one of ours, or damaged: left alone
-            if whole:
-                continue
-            entry = Entry(header["tokens"], [tuple(s) for s in header["media_spans"]],
-                          header.get("selection_key"), b"")
-            entry.size, entry.path = path.stat().st_size, path
+                found.append((path.stat().st_mtime, self._indexed(path)))
+            except (ValueError, KeyError, TypeError):
+                removed.append(path.name)
+                path.unlink(missing_ok=True)
+            except OSError:
+                continue  # gone meanwhile (another process evicted it) or unreadable: not indexed
+        if removed:
+            logger.warning("prompt cache %s: removed %d damaged or old-format file(s): %s", self.cache_dir,
+                           len(removed), ", ".join(sorted(removed)[:5]) + (" ..." if len(removed) > 5 else ""))
+        for _, entry in sorted(found, key=lambda item: item[0]):
             self._entries[entry.key] = entry
 
-    def _written(self, entry: Entry) -> None:
-        entry.path = self.cache_dir / f"{entry.key}{self.SUFFIX}"
-        state_format.write(entry.path, entry.data)
-        entry.data = b""  # on disk only
+    @staticmethod
+    def _indexed(path: Path) -> Entry:
+        """The entry a file holds, from its header alone."""
+        header = state_format.read_header(path)
+        entry = Entry([int(t) for t in header["tokens"]], [tuple(s) for s in header["media_spans"]],
+                      str(header["selection_key"]), producer_key(dict(header["producer"])), b"")
+        entry.size, entry.path = path.stat().st_size, path
+        return entry
+
+    def _remove_stale_temporaries(self) -> None:
+        now = time.time()
+        for tmp in self.cache_dir.glob(f".*{self.SUFFIX}.*.tmp"):
+            try:
+                if now - tmp.stat().st_mtime > STALE_TMP_SECONDS:
+                    tmp.unlink()
+            except OSError:
+                continue
+
+    def _written(self, entry: Entry) -> bool:
+        path = self.cache_dir / f"{entry.key}{self.SUFFIX}"
+        try:
+            state_format.write(path, entry.data)
+        except OSError as error:  # a full disk, a file-size limit, a removed folder: not stored
+            logger.warning("prompt cache %s: could not store an entry of %d tokens (%s)", self.cache_dir,
+                           len(entry.tokens), error)
+            return False
+        entry.path, entry.data = path, b""  # on disk only
+        return True
 
     def _dropped(self, entry: Entry) -> None:
         if entry.path is not None:

@@ -355,7 +355,7 @@ class Engine:
         cache = self.slots.cache
         if cache is None:
             return keep
-        entry, length = cache.best(prompt, selection.stable_key)
+        entry, length = cache.best(self.context, prompt, selection.stable_key)
         if entry is None or length <= keep:
             return keep
         if slot.tokens:
