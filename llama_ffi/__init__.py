@@ -8,6 +8,10 @@ logs go to the ``llama_ffi`` logger.
 
 from __future__ import annotations
 
+from llama_ffi import _cpu_variant
+
+_cpu_variant.preload()  # LLAMA_FFI_CPU_VARIANT: before the compiled module links its CPU library
+
 try:
     from llama_ffi._lib import ffi, lib
 except ImportError as exc:  # pragma: no cover - only without a build

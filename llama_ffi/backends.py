@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from llama_ffi import _cpu_variant
 from llama_ffi._lib import ffi, lib
 
 LIB_DIR = Path(__file__).resolve().parent / "lib"
@@ -28,11 +29,33 @@ def load_modules(folder: Path = LIB_DIR) -> None:
     directory, where a wheel's modules never are. ``GGML_BACKEND_PATH`` still adds one of the user's."""
     if not modules_built():
         return
-    lib.ggml_backend_load_all_from_path(os.fsencode(folder))
+    variant = _cpu_variant.requested()
+    if variant is not None:
+        load_with_cpu_variant(folder, variant)
+    else:
+        lib.ggml_backend_load_all_from_path(os.fsencode(folder))
     if lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU) == ffi.NULL:
         found = sorted(p.name for p in folder.glob(CPU_MODULE_PREFIX + "*.so"))
         raise ImportError(f"no CPU backend module in {folder} runs on this CPU (found: {', '.join(found) or 'none'}); "
                           "reinstall llama-ffi, or build it for this machine from its source (`pip install .`)")
+
+
+def load_with_cpu_variant(folder: Path, variant: str) -> None:
+    """Every backend module in ``folder`` but the CPU ones, then the CPU module ``variant``
+    (``LLAMA_FFI_CPU_VARIANT``), which ggml refuses when this CPU cannot run it."""
+    chosen = folder / f"{CPU_MODULE_PREFIX}{variant}.so"
+    if not chosen.is_file():
+        found = sorted(p.name[len(CPU_MODULE_PREFIX):-3] for p in folder.glob(CPU_MODULE_PREFIX + "*.so"))
+        raise ImportError(f"{_cpu_variant.ENV}={variant!r}: no such CPU module in {folder} "
+                          f"(available: {', '.join(found) or 'none'})")
+    if lib.ggml_backend_load(os.fsencode(chosen)) == ffi.NULL:
+        raise ImportError(f"{_cpu_variant.ENV}={variant!r}: ggml did not load {chosen.name} "
+                          "(this CPU cannot run it; see the llama_ffi logger)")
+    others = [p for p in folder.glob("libggml-*.so")
+              if not p.name.startswith(CPU_MODULE_PREFIX) and p.name != "libggml-base.so"]
+    extra = os.environ.get("GGML_BACKEND_PATH")
+    for path in sorted(others) + ([Path(extra)] if extra else []):
+        lib.ggml_backend_load(os.fsencode(path))
 
 
 def registry(name: str):
@@ -78,7 +101,10 @@ def cpu_library() -> str:
 def cpu_variant(library: str) -> str:
     """The variant of a CPU library (``cpu_library()``): ``haswell``, ``zen4``, ... in a portable
     build; ``native`` for a build made for its CPU."""
-    name = Path(library).name
+    path = Path(library)
+    name = path.name
+    if path.parent.parent.name == _cpu_variant.LINKED_VARIANTS.name:  # LLAMA_FFI_CPU_VARIANT, linked build
+        return path.parent.name
     if name.startswith(CPU_MODULE_PREFIX):
         return name[len(CPU_MODULE_PREFIX):].split(".so")[0]
     return "native" if name else ""

@@ -11,12 +11,19 @@ Usage::
 
     python -m tools.native_build              # build the materialised pin into build/llama.cpp
     python -m tools.native_build --reference  # llama-simple/-completion/-bench/-embedding
+    python -m tools.native_build --cpu-variant haswell  # the CPU library at ggml's haswell level
+
+``--cpu-variant NAME`` builds the CPU backend at one of ggml's x86 levels (its own table in
+``ggml/src/CMakeLists.txt``: ``haswell`` is AVX2 without AVX-512) into
+``llama_ffi/lib/cpu-variants/NAME/``, where ``LLAMA_FFI_CPU_VARIANT=NAME`` finds it
+(``llama_ffi/_cpu_variant.py``): the numerics of such CPUs, checked on this one.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -195,7 +202,47 @@ def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
     return out
 
 
+VARIANTS_DIR = REPO_ROOT / "llama_ffi" / "lib" / "cpu-variants"
+# ggml's feature names (its GGML_<NAME> options) as /proc/cpuinfo spells the flags
+_CPUINFO_FLAGS = {"SSE42": "sse4_2", "AVX": "avx", "F16C": "f16c", "FMA": "fma", "AVX2": "avx2", "BMI2": "bmi2",
+                  "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
+                  "AVX512_BF16": "avx512_bf16", "AVX_VNNI": "avx_vnni", "AMX_TILE": "amx_tile",
+                  "AMX_INT8": "amx_int8"}
+
+
+def cpu_variants(tree: Tree) -> dict[str, list[str]]:
+    """ggml's x86 CPU variants (``ggml_add_cpu_backend_variant`` in the tree): name -> features."""
+    text = (tree.path / "ggml" / "src" / "CMakeLists.txt").read_text()
+    first = text.index("ggml_add_cpu_backend_variant(x64")
+    start = text.rindex('if (GGML_SYSTEM_ARCH STREQUAL "x86")', 0, first)
+    block = text[start:text.index("elseif", start)]
+    return {m.group(1): m.group(2).split()
+            for m in re.finditer(r"ggml_add_cpu_backend_variant\((\w+)\s*([^)]*)\)", block)}
+
+
+def build_cpu_variant(tree: Tree, name: str) -> Path:
+    """The CPU library alone, at variant ``name``'s level, copied to ``VARIANTS_DIR/name``."""
+    variants = cpu_variants(tree)
+    if name not in variants:
+        raise NativeBuildError(f"no CPU variant {name!r} in this tree (it has: {', '.join(variants)})")
+    features = variants[name]
+    args = [a for a in cmake_args(tree) if not a.startswith(("-DGGML_NATIVE=", "-DCMAKE_C_FLAGS=",
+                                                              "-DCMAKE_CXX_FLAGS="))]
+    args += ["-DGGML_NATIVE=OFF", *(f"-DGGML_{f}=ON" for f in features)]
+    bin_dir = _configure_and_build(tree, REPO_ROOT / "build" / f"llama.cpp-cpu-{name}", args, ("ggml-cpu",),
+                                   None, f"CPU variant {name}")
+    dest = VARIANTS_DIR / name
+    dest.mkdir(parents=True, exist_ok=True)
+    replace_file(bin_dir / "libggml-cpu.so", dest / "libggml-cpu.so")
+    (dest / "features").write_text(" ".join(_CPUINFO_FLAGS.get(f, f.lower()) for f in features) + "\n")
+    return dest / "libggml-cpu.so"
+
+
 def main() -> int:
+    if "--cpu-variant" in sys.argv[1:]:
+        name = sys.argv[sys.argv.index("--cpu-variant") + 1]
+        print(build_cpu_variant(materialise(), name))
+        return 0
     if "--reference" in sys.argv[1:]:
         print(build_reference_tools(materialise()))
         return 0
