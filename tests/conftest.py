@@ -25,6 +25,13 @@ from tools.vendor import materialise  # noqa: E402
 # (llama_ffi.high.context.Context.check_positions): a bookkeeping error fails loudly in any test.
 os.environ.setdefault("LLAMA_FFI_CHECK_CACHE", "1")
 
+# LLAMA_FFI_CPU_VARIANT (llama_ffi/_cpu_variant.py) with a linked build: llama.cpp's reference
+# programs and every other subprocess load the same CPU library, so oracles compute as we do.
+_variant = os.environ.get("LLAMA_FFI_CPU_VARIANT", "").strip()
+if _variant and (REPO_ROOT / "llama_ffi" / "lib" / "cpu-variants" / _variant).is_dir():
+    _variant_dir = str(REPO_ROOT / "llama_ffi" / "lib" / "cpu-variants" / _variant)
+    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [_variant_dir, os.environ.get("LD_LIBRARY_PATH")]))
+
 TREE = materialise()
 sys.path.insert(0, str(TREE.path / "gguf-py"))  # the pinned tree's own gguf-py
 

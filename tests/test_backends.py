@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import llama_ffi
-from llama_ffi import backends, ffi, lib
+from llama_ffi import _cpu_variant, backends, ffi, lib
 
 
 def test_build_info_names_the_backends_devices_and_cpu_library():
@@ -17,10 +17,17 @@ def test_build_info_names_the_backends_devices_and_cpu_library():
     cpu = [d for d in info["devices"] if d["type"] == "cpu"]
     assert cpu and cpu[0]["backend"] == "CPU" and cpu[0]["memory_total"] > 0
     # The CPU backend runs from a library of this package (never one found elsewhere).
-    assert Path(info["cpu_library"]).resolve().parent == backends.LIB_DIR
+    forced = _cpu_variant.requested()
     if info["backend_modules"]:
+        assert Path(info["cpu_library"]).resolve().parent == backends.LIB_DIR
         assert Path(info["cpu_library"]).name == f"libggml-cpu-{info['cpu_variant']}.so"
+        assert forced in (None, info["cpu_variant"])
+    elif forced:  # LLAMA_FFI_CPU_VARIANT with a linked build: the variant's library, loaded first
+        assert info["cpu_variant"] == forced
+        assert Path(info["cpu_library"]).resolve() == _cpu_variant.linked_path(forced)
+        assert "AVX512" not in ffi.string(lib.llama_print_system_info()).decode() or forced != "haswell"
     else:
+        assert Path(info["cpu_library"]).resolve().parent == backends.LIB_DIR
         assert info["cpu_variant"] == "native" and Path(info["cpu_library"]).name == "libggml-cpu.so"
 
 

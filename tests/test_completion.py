@@ -275,7 +275,7 @@ def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     assert len(generated) == 5
     llm.reset()
     llm._decode(prompt + generated, 0, logits="all")
-    tolerance = 2 * near_tie.gap(llm) + 1e-3
+    tolerance = 2 * near_tie.logits_gap(llm) + 1e-3
     for i, (piece, val, top) in enumerate(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])):
         logits = llm.context.logits(len(prompt) - 1 + i).astype(np.float64)
         want = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))

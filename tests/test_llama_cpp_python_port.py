@@ -271,7 +271,7 @@ def test_logits_all_keeps_every_row_of_scores(smollm2_path):
         for i in (0, len(tokens) // 2, len(tokens) - 1):  # each row is that prefix's next-token logits
             plain.reset()
             plain.eval(tokens[:i + 1])
-            np.testing.assert_allclose(rows[i], plain.logits(), atol=2e-2 + 2 * near_tie.gap(plain))
+            np.testing.assert_allclose(rows[i], plain.logits(), atol=2e-2 + 2 * near_tie.logits_gap(plain))
         generated = list(full.generate(tokens, max_tokens=4, temperature=0))
         assert full.scores.shape[0] == full.n_tokens == len(tokens) + len(generated) - 1
         assert int(np.argmax(full.scores[-1])) == generated[-1]

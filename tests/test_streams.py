@@ -153,12 +153,12 @@ def test_stream_of_a_closed_llama_raises(smollm2_path):
         next(stream)
 
 
-def test_speculative_stream_parked_and_resumed(smollm2_path):
+def test_speculative_stream_parked_and_resumed(llm, smollm2_path):
     from test_speculative import REPETITIVE
 
     with Llama(smollm2_path, n_ctx=1024, progress=False,
                speculative=SpecConfig(type=SpeculativeType.NGRAM_MAP_K)) as spec:
-        want = alone(spec, REPETITIVE, max_tokens=64, **GREEDY)
+        alone(spec, REPETITIVE, max_tokens=64, **GREEDY)  # the n-gram drafter has seen the continuation
         stream = spec(REPETITIVE, max_tokens=64, stream=True, **GREEDY)
         head = []
         for _ in range(6):  # parked in the middle of verified drafts
@@ -166,4 +166,7 @@ def test_speculative_stream_parked_and_resumed(smollm2_path):
             alone(spec, QUESTION, max_tokens=4, **GREEDY)
         rest = list(stream)
         assert spec.last_speculative_stats.accepted_tokens > 0
-        assert text(head) + text(rest) == want
+        # verified drafts are batches of their own sizes, and parking recomputes the last token
+        # alone: the plain greedy answer, or a measured near tie (it differs on AVX2 CPUs)
+        assert_same_or_near_tie(llm, REPETITIVE, text(head) + text(rest), 64)
+        assert cache_is_consistent(spec)

@@ -8,6 +8,7 @@ stays random for every choice. The ``n`` choices of one prompt form groups that 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,6 +17,8 @@ from llama_ffi import lib
 from llama_ffi.high.completion import Event, GenerationSettings, StopMatcher, _top, log_softmax
 from llama_ffi.high.sampling import SamplerChain
 from llama_ffi.high.tokenizer import TextStream
+
+logger = logging.getLogger("llama_ffi")
 
 SEED_MODULUS = 1 << 32
 NO_OUTPUT = -2  # a choice with no logits in this step
@@ -84,6 +87,7 @@ class Choice:
     next_token: int = -1      # sampled, to be decoded at the next step
     group: "Group | None" = None
     events: list[Event] = dataclasses.field(default_factory=list)  # kept for a non-streamed result
+    context_bound: bool = False      # its budget is what a sequence's cells allow, below max_tokens
 
 
 @dataclasses.dataclass(eq=False)
@@ -125,8 +129,10 @@ def build_groups(context, prompts: list, n: int, settings: GenerationSettings, s
     groups = []
     for p, prompt in enumerate(prompts):
         budget = n_ctx - kv_cells(prompt)
-        if settings.max_tokens is not None and settings.max_tokens > 0:
-            budget = min(budget, settings.max_tokens)
+        wanted = settings.max_tokens if settings.max_tokens is not None and settings.max_tokens > 0 else None
+        context_bound = wanted is None or wanted > budget
+        if wanted is not None:
+            budget = min(budget, wanted)
         choices = []
         for k in range(n):
             i = p * n + k
@@ -134,7 +140,8 @@ def build_groups(context, prompts: list, n: int, settings: GenerationSettings, s
             chain = SamplerChain(params, context.model.vocab_ptr, context.n_vocab, n_ctx, settings.grammar)
             chain.accept_prompt(prompt)
             choices.append(Choice(i, prompt, chain, budget, StopMatcher(settings.stop),
-                                  fresh_processors(settings.logits_processor), history=list(prompt)))
+                                  fresh_processors(settings.logits_processor), history=list(prompt),
+                                  context_bound=context_bound))
         size = max(1, min(slots, (n_ctx - kv_cells(prompt)) // max(budget, 1)))
         for start in range(0, n, size):
             groups.append(Group(prompt, choices[start:start + size]))
@@ -150,7 +157,7 @@ def sample(c: Choice, ctx, ctx_ptr, vocab, piece, settings: GenerationSettings,
         return None
     idx, c.output = c.output, NO_OUTPUT
     if c.produced >= c.budget:  # a prompt that fills the context: nothing to generate
-        c.finish_reason = "length"
+        out_of_budget(c)
         return None
     processors, criteria, want_logprobs = c.processors, settings.stopping_criteria, settings.logprobs is not None
     logits = lp = None
@@ -193,10 +200,18 @@ def accept(c: Choice, token: int, vocab, piece, settings: GenerationSettings, lo
     elif criteria and any(crit(np.asarray(c.history, dtype=np.intc), logits) for crit in criteria):
         c.finish_reason = "stop"
     elif c.produced >= c.budget:
-        c.finish_reason = "length"
+        out_of_budget(c)
     else:
         c.next_token = token
     return event
+
+
+def out_of_budget(c: Choice) -> None:
+    c.finish_reason = "length"
+    if c.context_bound:  # not what the caller asked for: the sequence has no cell left
+        logger.warning("choice %d ended with finish_reason 'length' at the end of its context: %d prompt cells "
+                       "and %d generated tokens fill the %d cells a sequence holds", c.index, kv_cells(c.prompt),
+                       c.produced, kv_cells(c.prompt) + c.budget)
 
 
 def runs_greedily(c: Choice) -> bool:
