@@ -287,6 +287,9 @@ def test_bad_response_format_is_refused(llm):
 def test_assistant_prefill_continues_the_given_text(llm):
     msgs = [{"role": "user", "content": "List three fruits."},
             {"role": "assistant", "content": "Here are three fruits: 1. Apple, 2."}]
+    # Both sides from an empty cache: a prompt found in the cache evaluates its last token alone,
+    # and on AVX2 CPUs that moves a near tie here (the plain side stopped two tokens earlier).
+    llm.reset()
     out = llm.create_chat_completion(msgs, assistant_prefill=True, max_tokens=12, temperature=0.0)
     text = out["choices"][0]["message"]["content"]
     # the continuation of "... 2." — not a new turn: it goes on with the list
@@ -294,6 +297,7 @@ def test_assistant_prefill_continues_the_given_text(llm):
 
     prompt = render_prompt(llm, msgs, assistant_prefill=True)
     assert prompt.endswith("<|im_start|>assistant\nHere are three fruits: 1. Apple, 2.")
+    llm.reset()
     plain = llm(prompt, max_tokens=12, temperature=0.0)["choices"][0]["text"]
     assert text == plain and text.strip()
     with pytest.raises(ValueError, match="assistant_prefill"):
