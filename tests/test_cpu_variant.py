@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import reference_tools
+
 from llama_ffi import _cpu_variant
 from tools import native_build
 

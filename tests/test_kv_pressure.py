@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from llama_ffi.high import Llama
 from near_tie import assert_same_or_near_tie, parallel_bound
+
+from llama_ffi.high import Llama
 
 GREEDY = {"temperature": 0.0}
 SUBJECTS = ["the sea", "a mountain", "the city", "a forest", "the desert", "a river", "the moon", "an old house",
@@ -82,7 +83,7 @@ def test_requests_without_a_limit_share_the_cells_and_each_ends_at_the_context(s
         for t in threads:
             t.join(600)
         assert not any(t.is_alive() for t in threads), "a request starved"
-        for prompt, out in zip(prompts, outs):
+        for out in outs:
             assert out["choices"][0]["finish_reason"] == "length"
             assert out["usage"]["total_tokens"] == llm.context.n_ctx  # every cell of the sequence used
     ended = [r.getMessage() for r in caplog.records if "context" in r.getMessage() and "length" in r.getMessage()]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import signal
 import struct

@@ -369,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", metavar="PYTHON", help="another Python with llama-ffi installed (e.g. a venv "
                     "holding the portable wheel): adds a table of its prompt and generation speed against "
                     "this Python's build, run in turns")
+    ap.add_argument("--soak", type=float, metavar="MINUTES", help="run the soak for MINUTES (one Llama under "
+                    "mixed concurrent load, every greedy answer checked) and print its report")
     args = ap.parse_args(argv)
     from llama_ffi import registry
 
@@ -402,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
         cli = bench_bin.with_name("llama-mtmd-cli") if bench_bin else None
         cli = cli if cli and cli.is_file() else None
         print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
+    if args.soak:
+        from llama_ffi.bench import soak
+
+        result = soak.soak(args.model, args.soak, args.threads)
+        print(soak.soak_table(result))
+        return 0 if result["wrong"] == 0 and result["unexpected_errors"] == 0 else 1
     if args.server:
         from llama_ffi.bench import server as bench_server
 

@@ -204,7 +204,8 @@ def _check_cells(llm, tokens: list, spans: list) -> list[tuple[int, int, str]]:
     media = set()
     for start, n, _ in spans:
         if start < 0 or n <= 0 or start + n > len(tokens):
-            raise ValueError(f"damaged llama_ffi state: a media span ({start}, {n}) lies outside its {len(tokens)} cells")
+            raise ValueError(f"damaged llama_ffi state: a media span ({start}, {n}) lies outside its "
+                             f"{len(tokens)} cells")
         media.update(range(start, start + n))
     text = [t for i, t in enumerate(tokens) if i not in media]
     if any(tokens[i] != MEDIA_POSITION for i in media):
