@@ -343,6 +343,7 @@ class Engine:
                     self.slots.forget(s)
                 choice.slot, s.owner = s, choice
                 s.selection = copy_of(selection)
+                s.prompt_cells = len(group.prompt)  # decoded as a prompt: see slots.Slot.prompt_cells
                 self.slots.touch(s)
             self.slots.main = slot
             self._evaluating.append(group)

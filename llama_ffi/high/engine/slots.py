@@ -29,19 +29,21 @@ class Slot:
     selection: object | None = None  # the adapters.Selection its cells were computed under
     owner: object | None = None         # the choice generating in it, None when idle
     last_used: int = 0
+    prompt_cells: int = 0  # leading positions its last request's prompt filled (decoded as a prompt)
 
     def common_prefix(self, prompt, selection_key: tuple) -> int:
         """Leading positions of ``prompt`` this slot's cache can serve (see ``served_prefix``)."""
         if not self.tokens or self.selection is None or selection_key != self.selection.key:
             return 0
-        return served_prefix(self.tokens, self.media_spans, prompt)
+        return served_prefix(self.tokens, self.media_spans, prompt, self.prompt_cells)
 
 
-def served_prefix(cached: list[int], media_spans, prompt) -> int:
+def served_prefix(cached: list[int], media_spans, prompt, prompt_cells: int = 0) -> int:
     """Leading positions of ``prompt`` that a cache holding ``cached`` (with ``media_spans``) serves,
-    short of the last one (decoded again: its logits)."""
+    short of the last one (decoded again: its logits). ``prompt_cells``: how many of ``cached`` a
+    prompt filled (see ``cached_prefix``)."""
     if isinstance(prompt, MediaPrompt):
-        return cached_prefix(cached, media_spans, prompt)
+        return cached_prefix(cached, media_spans, prompt, prompt_cells)
     keep = 0
     for a, b in zip(cached, prompt):
         if a != b:
@@ -92,6 +94,7 @@ class SlotTable:
             empty.tokens = slot.tokens[:best]
             empty.media_spans = [sp for sp in slot.media_spans if sp[0] + sp[1] <= best]
             empty.selection = slot.selection
+            empty.prompt_cells = min(slot.prompt_cells, best)
             return empty, best
         return slot, best
 
@@ -102,6 +105,7 @@ class SlotTable:
             self.cache.remember(self.context, slot)
         keep = self.context.cut_to(slot.tokens, keep, slot.seq)
         slot.media_spans = [sp for sp in slot.media_spans if sp[0] + sp[1] <= keep]
+        slot.prompt_cells = min(slot.prompt_cells, keep)
         return keep
 
     def forget(self, slot: Slot) -> None:
@@ -111,6 +115,7 @@ class SlotTable:
         slot.tokens = []
         slot.media_spans = []
         slot.selection = None
+        slot.prompt_cells = 0
 
     def forget_adapter(self, name: str) -> None:
         """Forget the idle caches computed under the LoRA adapter ``name`` (being unloaded)."""

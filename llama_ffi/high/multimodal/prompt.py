@@ -157,10 +157,11 @@ def evaluate(ctx, slot, prompt: MediaPrompt, decode_text, counters) -> None:
         slot.media_spans.append((piece.start, piece.end - piece.start, piece.media_id))
 
 
-def cached_prefix(cached: list[int], media_spans, prompt: MediaPrompt) -> int:
+def cached_prefix(cached: list[int], media_spans, prompt: MediaPrompt, prompt_cells: int = 0) -> int:
     """How many leading positions of ``prompt`` a cache holding ``cached`` (with ``media_spans``)
     serves already, short of the last one (re-evaluated for its logits; a prompt ending in media
-    keeps nothing of that media)."""
+    keeps nothing of that media). ``prompt_cells``: how many of ``cached`` a prompt filled (the
+    rest were generated), see ``_whole_text_after_media``."""
     keep = 0
     media_at = {start: (n, media_id) for start, n, media_id in media_spans}
     for piece in prompt.pieces:
@@ -181,4 +182,23 @@ def cached_prefix(cached: list[int], media_spans, prompt: MediaPrompt) -> int:
     if keep >= len(prompt.cells):
         final = prompt.pieces[-1]
         keep = len(prompt.cells) - 1 if final.tokens is not None else final.start
+    return _whole_text_after_media(prompt, keep) if keep <= prompt_cells else keep
+
+
+def _whole_text_after_media(prompt: MediaPrompt, keep: int) -> int:
+    """``keep`` (within what the cached prompt filled) moved back to the start of the text piece it
+    falls in, when media precede that piece. A fresh evaluation decodes the text after a medium as
+    one batch, and llama.cpp's cells and logits depend on the batch they were computed in:
+    evaluating such a piece whole again gives exactly what a fresh request gets (measured with
+    gemma-3 and a Gemma 4 projector, flash attention on: an exact repeat moved the
+    log-probabilities by 0.07 and image + audio after an image by 1.25; both 0 this way). Where the
+    cache goes on with generated tokens (a conversation about an image), those were decoded one at
+    a time and no reuse equals a fresh batch: token-level reuse stays, as llama-server does; so
+    does text before any medium."""
+    seen_media = False
+    for piece in prompt.pieces:
+        if piece.tokens is None:
+            seen_media = True
+        elif piece.start < keep < piece.end:
+            return piece.start if seen_media else keep
     return keep
