@@ -5,7 +5,7 @@ and ``close()`` with requests in flight ends them all."""
 
 from __future__ import annotations
 
-from llama_ffi.bench.soak import Soak
+from llama_ffi.soak import Soak
 
 KINDS = {"plain", "stream", "abandoned", "n2", "list", "sampled", "chat", "bad", "state", "async"}
 

@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         cli = cli if cli and cli.is_file() else None
         print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
     if args.soak:
-        from llama_ffi.bench import soak
+        from llama_ffi import soak
 
         result = soak.soak(args.model, args.soak, args.threads)
         print(soak.soak_table(result))

@@ -1,4 +1,5 @@
-"""The soak: one ``Llama`` under long mixed load, checked answer by answer.
+"""The soak: one ``Llama`` under long mixed load, checked answer by answer. A reliability check
+of the library (the benchmark's ``--soak`` prints its report; tests/test_soak.py runs a minute):
 
     python -m llama_ffi.bench --soak MINUTES [-m MODEL] [-t THREADS]
 
