@@ -25,6 +25,8 @@ import zlib
 
 import numpy as np
 
+from llama_ffi import lib
+from llama_ffi._guard import expected_commit
 from llama_ffi.high import compat
 from llama_ffi.high.adapters import ControlVector, Selection
 from llama_ffi.high.multimodal.prompt import MEDIA_POSITION
@@ -33,7 +35,8 @@ MAGIC = b"LFFISTA3"
 MAGIC_V2 = b"LFFISTA2"  # no producer, no checksum
 MAGIC_V1 = b"LFFISTA1"  # tokens, then llama_state_get_data (the whole context)
 _COUNT = struct.Struct("<I")
-_PREFIX = len(MAGIC) + 2 * _COUNT.size  # magic, header length, header CRC
+_HEADER_SIZE_AND_CRC = struct.Struct("<II")
+_PREFIX = len(MAGIC) + _HEADER_SIZE_AND_CRC.size  # magic, header length, header CRC
 _PREFIX_V2 = len(MAGIC) + _COUNT.size  # magic, header length
 _TRAILER = _COUNT.size              # CRC-32
 
@@ -41,13 +44,10 @@ _TRAILER = _COUNT.size              # CRC-32
 def producer_of(context) -> dict:
     """What a state's cells depend on besides its tokens: restoring them anywhere else would give
     garbage that llama.cpp does not notice when the shapes happen to agree."""
-    from llama_ffi import build_info
-
     model = context.model
-    build = build_info()
     return {"model": model.fingerprint, "n_ctx_train": model.n_ctx_train, "n_layer": model.n_layer,
             "type_k": int(context.type_k), "type_v": int(context.type_v),
-            "llama_cpp": f"{build['llama_cpp_build_number']}:{build['llama_cpp_commit']}"}
+            "llama_cpp": f"{lib.LLAMA_FFI_BUILD_NUMBER}:{expected_commit()}"}
 
 
 _PRODUCER_NAMES = {"model": "another model file", "n_ctx_train": "a model with another trained context",
@@ -75,7 +75,7 @@ def encode(tokens: list[int], spans, selection: Selection | None, seq_state: byt
         header["cvec"] = {"n_embd": cv.n_embd, "layer_start": cv.layer_start, "layer_end": cv.layer_end,
                           "rows": cv.data.astype("<f4").tobytes().hex()}
     raw = json.dumps(header).encode()
-    body = _COUNT.pack(len(raw)) + _COUNT.pack(zlib.crc32(raw)) + raw + seq_state
+    body = _HEADER_SIZE_AND_CRC.pack(len(raw), zlib.crc32(raw)) + raw + seq_state
     return MAGIC + body + _COUNT.pack(zlib.crc32(body))
 
 
@@ -112,7 +112,7 @@ def decode(data: bytes, producer: dict | None = None) -> tuple[dict, bytes, bool
     (crc,) = _COUNT.unpack_from(data, len(data) - _TRAILER)
     if zlib.crc32(body) != crc:
         raise ValueError("damaged llama_ffi state: its checksum does not match (cut short, appended to, or changed)")
-    n, header_crc = struct.unpack_from("<II", data, len(MAGIC))
+    n, header_crc = _HEADER_SIZE_AND_CRC.unpack_from(data, len(MAGIC))
     header = _parse_header(bytes(data[_PREFIX:_PREFIX + n]), header_crc)
     payload = bytes(data[_PREFIX + n:len(data) - _TRAILER])
     if header.get("payload_bytes") != len(payload):
@@ -129,7 +129,7 @@ def read_header(path: str | os.PathLike) -> dict:
         prefix = f.read(_PREFIX)
         if len(prefix) < _PREFIX or not prefix.startswith(MAGIC):
             raise ValueError("not a version-3 llama_ffi state")
-        n, header_crc = struct.unpack_from("<II", prefix, len(MAGIC))
+        n, header_crc = _HEADER_SIZE_AND_CRC.unpack_from(prefix, len(MAGIC))
         size = os.fstat(f.fileno()).st_size
         if _PREFIX + n + _TRAILER > size:
             raise ValueError("truncated llama_ffi state")

@@ -165,7 +165,7 @@ class LlamaDiskCache(LlamaCache):
         found, removed = [], []
         for path in self.cache_dir.glob(f"*{self.SUFFIX}"):
             try:
-                found.append((path.stat().st_mtime, self._indexed(path)))
+                found.append(self._indexed(path))
             except (ValueError, KeyError, TypeError):
                 removed.append(path.name)
                 path.unlink(missing_ok=True)
@@ -178,13 +178,14 @@ class LlamaDiskCache(LlamaCache):
             self._entries[entry.key] = entry
 
     @staticmethod
-    def _indexed(path: Path) -> Entry:
-        """The entry a file holds, from its header alone."""
+    def _indexed(path: Path) -> tuple[float, Entry]:
+        """When the file was written, and the entry it holds, from its header alone."""
+        stat = path.stat()
         header = state_format.read_header(path)
         entry = Entry([int(t) for t in header["tokens"]], [tuple(s) for s in header["media_spans"]],
                       str(header["selection_key"]), producer_key(dict(header["producer"])), b"")
-        entry.size, entry.path = path.stat().st_size, path
-        return entry
+        entry.size, entry.path = stat.st_size, path
+        return stat.st_mtime, entry
 
     def _remove_stale_temporaries(self) -> None:
         now = time.time()
