@@ -32,9 +32,17 @@ def requested() -> str | None:
     return name or None
 
 
-def module_path(name: str) -> Path:
+MODULE_PREFIX = "libggml-cpu-"
+
+
+def module_path(name: str, folder: Path = LIB_DIR) -> Path:
     """A portable build's CPU module for ``name``."""
-    return LIB_DIR / f"libggml-cpu-{name}.so"
+    return folder / f"{MODULE_PREFIX}{name}.so"
+
+
+def modules(folder: Path = LIB_DIR) -> list[str]:
+    """The variants a portable build's ``folder`` has a CPU module for."""
+    return sorted(p.name[len(MODULE_PREFIX):-len(".so")] for p in folder.glob(f"{MODULE_PREFIX}*.so"))
 
 
 def linked_path(name: str) -> Path:
@@ -43,9 +51,8 @@ def linked_path(name: str) -> Path:
 
 
 def available() -> list[str]:
-    modules = [p.name[len("libggml-cpu-"):-len(".so")] for p in LIB_DIR.glob("libggml-cpu-*.so")]
     linked = [p.parent.name for p in LINKED_VARIANTS.glob("*/libggml-cpu.so")]
-    return sorted(set(modules + linked))
+    return sorted(set(modules() + linked))
 
 
 def preload() -> None:

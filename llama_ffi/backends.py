@@ -11,7 +11,7 @@ from llama_ffi import _cpu_variant
 from llama_ffi._lib import ffi, lib
 
 LIB_DIR = Path(__file__).resolve().parent / "lib"
-CPU_MODULE_PREFIX = "libggml-cpu-"
+CPU_MODULE_PREFIX = _cpu_variant.MODULE_PREFIX
 
 
 class BackendError(RuntimeError):
@@ -43,11 +43,10 @@ def load_modules(folder: Path = LIB_DIR) -> None:
 def load_with_cpu_variant(folder: Path, variant: str) -> None:
     """Every backend module in ``folder`` but the CPU ones, then the CPU module ``variant``
     (``LLAMA_FFI_CPU_VARIANT``), which ggml refuses when this CPU cannot run it."""
-    chosen = folder / f"{CPU_MODULE_PREFIX}{variant}.so"
+    chosen = _cpu_variant.module_path(variant, folder)
     if not chosen.is_file():
-        found = sorted(p.name[len(CPU_MODULE_PREFIX):-3] for p in folder.glob(CPU_MODULE_PREFIX + "*.so"))
         raise ImportError(f"{_cpu_variant.ENV}={variant!r}: no such CPU module in {folder} "
-                          f"(available: {', '.join(found) or 'none'})")
+                          f"(available: {', '.join(_cpu_variant.modules(folder)) or 'none'})")
     if lib.ggml_backend_load(os.fsencode(chosen)) == ffi.NULL:
         raise ImportError(f"{_cpu_variant.ENV}={variant!r}: ggml did not load {chosen.name} "
                           "(this CPU cannot run it; see the llama_ffi logger)")

@@ -65,13 +65,6 @@ def run_in_venv(venv: Path, code: str, tmp_path: Path, **extra: str) -> subproce
                           capture_output=True, text=True, timeout=600)
 
 
-def cpu_variants_of_the_tree(tree) -> dict[str, list[str]]:
-    """llama.cpp's own x86 variant table (ggml/src/CMakeLists.txt): name -> features."""
-    text = (tree.path / "ggml" / "src" / "CMakeLists.txt").read_text()
-    block = text[text.index('if (GGML_SYSTEM_ARCH STREQUAL "x86")'):text.index('elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")')]
-    return {m.group(1): m.group(2).split() for m in re.finditer(r"ggml_add_cpu_backend_variant\((\w+)\s*([^)]*)\)", block)}
-
-
 def test_the_environment_has_nothing_to_build_with(venv, tmp_path):
     env = isolated_env(venv)
     for tool in ("cc", "gcc", "c++", "g++", "clang", "cmake", "ninja"):
@@ -84,12 +77,12 @@ def test_the_environment_has_nothing_to_build_with(venv, tmp_path):
 
 
 def test_the_wheel_carries_the_cpu_variants_and_no_development_files(wheel, tree):
-    from tools.native_build import LEFT_OUT_MODULES
+    from tools.native_build import LEFT_OUT_MODULES, cpu_variants
 
     assert re.search(r"-manylinux_\d+_\d+_x86_64", wheel.name), wheel.name
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {n.rsplit("/", 1)[1] for n in names if n.startswith("llama_ffi/lib/")}
-    wanted = {f"libggml-cpu-{v}.so" for v in cpu_variants_of_the_tree(tree)} - set(LEFT_OUT_MODULES)
+    wanted = {f"libggml-cpu-{v}.so" for v in cpu_variants(tree)} - set(LEFT_OUT_MODULES)
     assert wanted <= shipped, sorted(wanted - shipped)
     assert not set(LEFT_OUT_MODULES) & shipped
     assert {"libllama.so", "libggml.so", "libggml-base.so", "libmtmd.so", "libggml-rpc.so"} <= shipped
@@ -113,10 +106,10 @@ def test_the_cpu_variant_is_the_best_this_cpu_runs(venv, tmp_path, tree):
             "AVX512_VBMI": ["avx512vbmi"], "AVX512_BF16": ["avx512_bf16"], "AVX512_VNNI": ["avx512_vnni"],
             "AMX_INT8": ["amx_int8"]}
     cpu = set(Path("/proc/cpuinfo").read_text().split())
-    from tools.native_build import LEFT_OUT_MODULES
+    from tools.native_build import LEFT_OUT_MODULES, cpu_variants
 
     scores = {}
-    for name, feats in cpu_variants_of_the_tree(tree).items():
+    for name, feats in cpu_variants(tree).items():
         if f"libggml-cpu-{name}.so" in LEFT_OUT_MODULES:
             continue
         if all(f in cpu for feat in feats if feat in flag for f in flag[feat]):
