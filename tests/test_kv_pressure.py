@@ -7,9 +7,9 @@ with ``finish_reason == "length"`` at the context's end, and the log says so."""
 from __future__ import annotations
 
 import logging
-import threading
 
 from near_tie import assert_same_or_near_tie, parallel_bound
+from test_engine import run_threads
 
 from llama_ffi.high import Llama
 
@@ -29,8 +29,6 @@ def test_sixteen_requests_over_the_cells_all_finish_with_their_own_answers(smoll
         prompts = [prompt_of(s) for s in SUBJECTS]
         needed = sum(len(llm.tokenize(p)) + n_tokens for p in prompts)
         assert needed > 2 * llm.context.n_ctx  # over twice the cells there are
-        outs: list = [None] * len(prompts)
-        errors: list = []
         most_at_once = [0]
         engine = llm.engine
 
@@ -38,19 +36,9 @@ def test_sixteen_requests_over_the_cells_all_finish_with_their_own_answers(smoll
             most_at_once[0] = max(most_at_once[0], sum(s.owner is not None for s in engine.slots.slots))
             return logits
 
-        def caller(i: int):
-            try:
-                outs[i] = llm(prompts[i], max_tokens=n_tokens, logit_bias=ban, logits_processor=[watch], **GREEDY)
-            except BaseException as error:  # noqa: BLE001 - asserted below
-                errors.append(error)
-
-        threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(len(prompts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
-        assert not any(t.is_alive() for t in threads), "a request starved"
-        assert not errors, errors
+        # every caller answered (none starved), none with an error
+        outs = run_threads([lambda p=p: llm(p, max_tokens=n_tokens, logit_bias=ban, logits_processor=[watch],
+                                             **GREEDY) for p in prompts], timeout=600)
         for out in outs:
             assert out["choices"][0]["finish_reason"] == "length"
             assert out["usage"]["completion_tokens"] == n_tokens
@@ -72,17 +60,8 @@ def test_requests_without_a_limit_share_the_cells_and_each_ends_at_the_context(s
     with Llama(smollm2_path, n_ctx=256, n_seq_max=4, kv_unified=True, n_threads=2, progress=False) as llm:
         ban = {llm.token_eos(): -float("inf")}
         prompts = [prompt_of(s) for s in SUBJECTS[:4]]
-        outs: list = [None] * len(prompts)
-
-        def caller(i: int):
-            outs[i] = llm(prompts[i], max_tokens=None, logit_bias=ban, **GREEDY)
-
-        threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(len(prompts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
-        assert not any(t.is_alive() for t in threads), "a request starved"
+        outs = run_threads([lambda p=p: llm(p, max_tokens=None, logit_bias=ban, **GREEDY) for p in prompts],
+                           timeout=600)
         for out in outs:
             assert out["choices"][0]["finish_reason"] == "length"
             assert out["usage"]["total_tokens"] == llm.context.n_ctx  # every cell of the sequence used
