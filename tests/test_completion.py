@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llama_ffi.high import Llama, LlamaGrammar
-from llama_ffi.high.completion import StopMatcher
+from llama_ffi.high.text_output import StopMatcher
 from llama_ffi.high.tokenizer import TextStream
 import reference_tools
 from conftest import REPO_ROOT
@@ -273,11 +273,12 @@ def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     lp = out["choices"][0]["logprobs"]
     generated = list(llm.tokens[len(prompt):])  # all but the last generated token are decoded
     assert len(generated) == 5
-    llm.reset()
-    llm._decode(prompt + generated, 0, logits="all")
+    with Llama(llm.model_path, n_ctx=512, n_threads=2, logits_all=True, progress=False) as every_row:
+        every_row.eval(prompt + generated)  # one batch, every position's logits kept
+        rows = every_row.scores
     tolerance = 2 * near_tie.logits_gap(llm) + 1e-3
     for i, (piece, val, top) in enumerate(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])):
-        logits = llm.context.logits(len(prompt) - 1 + i).astype(np.float64)
+        logits = rows[len(prompt) - 1 + i].astype(np.float64)
         want = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
         candidates = [generated[i]] if i < len(generated) else [
             t for t in range(llm.n_vocab) if llm.tokenizer.piece(t).decode("utf-8", "replace") == piece]
@@ -589,7 +590,7 @@ def test_greedy_argmax_is_the_first_maximum(llm, values, top, n_vocab):
     from llama_ffi import ffi, lib
 
     with llm.single():
-        llm.eval_prompt(llm.tokenize("a"))
+        llm.main_sequence.eval_prompt(llm.tokenize("a"))
         logits = llm.context.logits(-1)
         logits[:] = np.resize(np.asarray(values, dtype=np.float32), logits.shape)
         logits[top % n_vocab] += 0.5 * (top % 3)  # sometimes a unique maximum, sometimes ties

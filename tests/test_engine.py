@@ -15,6 +15,7 @@ import pytest
 
 import tiny_adapters
 from llama_ffi.high import Llama
+from llama_ffi.high.speculative import SpecConfig, SpeculativeType
 from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,9 +23,33 @@ PROMPTS = [f"Question {i}: name a city in country number {i}. Answer:" for i in 
 GREEDY = dict(temperature=0.0)
 
 
+# Every concurrency test runs on a plain Llama, on speculative ones (an n-gram drafter, and a draft
+# model: SmolLM2 itself, whose drafts are accepted, so verification batches carry long drafts) and
+# on one with logits_all: they all serve requests through the same engine.
+KINDS = {
+    "plain": {},
+    "ngram": {"speculative": SpecConfig(type=SpeculativeType.NGRAM_MAP_K, ngram_size_n=2, ngram_size_m=8)},
+    "draft": {"speculative": "smollm2"},
+    "logits_all": {"logits_all": True},
+}
+
+
 @pytest.fixture(scope="module")
-def llm(smollm2_path):
+def plain(smollm2_path):
+    """The reference: each request alone on a plain Llama."""
     with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False) as llm:
+        yield llm
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def llm(request, smollm2_path, plain):
+    kwargs = dict(KINDS[request.param])
+    if request.param == "plain":
+        yield plain
+        return
+    if kwargs.get("speculative") == "smollm2":
+        kwargs["speculative"] = SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4)
+    with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False, **kwargs) as llm:
         yield llm
 
 
@@ -89,25 +114,27 @@ def test_a_short_request_arriving_during_a_long_one_finishes_first(llm):
     assert finished == ["short", "long"]
 
 
-def test_a_seeded_sampled_request_is_reproducible_whatever_else_runs(llm):
+def test_a_seeded_sampled_request_is_reproducible_whatever_else_runs(llm, plain):
     prompt = llm.tokenize(PROMPTS[0])
     sampling = dict(temperature=0.8, seed=1234, max_tokens=24)
-    want = [t for t in llm.generate(prompt, **sampling)]
+    plain.reset()
+    want = [t for t in plain.generate(prompt, **sampling)]
     others = [lambda p=p: llm(p, max_tokens=24, **GREEDY) for p in PROMPTS[1:5]]
     got = run_threads([lambda: list(llm.generate(prompt, **sampling)), *others])[0]
-    assert_same_or_sampling_flip(llm, prompt, got, want, sampling["temperature"], batched=True)
+    assert_same_or_sampling_flip(plain, prompt, got, want, sampling["temperature"], batched=True)
 
 
-def test_an_unread_stream_waits_in_its_slot_and_blocks_nobody(llm):
+def test_an_unread_stream_waits_in_its_slot_and_blocks_nobody(llm, plain):
     from llama_ffi.high.engine.request import AHEAD
 
     stream = llm(PROMPTS[1], max_tokens=200, stream=True, logit_bias={llm.token_eos(): -float("inf")}, **GREEDY)
     next(stream)
-    assert_same_or_near_tie(llm, PROMPTS[2], text_of(llm(PROMPTS[2], max_tokens=12, **GREEDY)), 12,
-                            limit=parallel_bound(llm))
+    answer = text_of(llm(PROMPTS[2], max_tokens=12, **GREEDY))
+    assert_same_or_near_tie(plain, PROMPTS[2], answer, 12, limit=parallel_bound(plain))
     time.sleep(0.5)
     (choice,) = [c for c in llm.engine._generating]
-    assert choice.produced <= AHEAD + 2  # bounded: it waits for its reader
+    draft = llm.speculative.max_draft if llm.speculative else 0  # one step may verify a whole draft
+    assert choice.produced <= AHEAD + 2 + draft  # bounded: it waits for its reader
     rest = list(stream)
     assert len(rest) > 150
     assert not llm.engine.busy()
@@ -156,7 +183,7 @@ def test_kv_unified_false_reports_the_context_each_sequence_has(smollm2_path):
 
 
 # ---- asyncio ----------------------------------------------------------------------------------------------
-def test_asyncio_requests_run_together_without_blocking_the_loop(llm):
+def test_asyncio_requests_run_together_without_blocking_the_loop(llm, plain):
     async def main():
         ticks = 0
         done = asyncio.Event()
@@ -177,11 +204,11 @@ def test_asyncio_requests_run_together_without_blocking_the_loop(llm):
 
     outs, chunks, chat, ticks = asyncio.run(main())
     assert ticks > 20  # the loop kept running while the engine decoded
-    bound = parallel_bound(llm)
+    bound = parallel_bound(plain)
     for prompt, out in zip(PROMPTS, outs):
-        assert_same_or_near_tie(llm, prompt, text_of(out), 16, limit=bound)
+        assert_same_or_near_tie(plain, prompt, text_of(out), 16, limit=bound)
     assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length") and "usage" in chunks[-1]
-    assert_same_or_near_tie(llm, PROMPTS[4], "".join(c["choices"][0]["text"] for c in chunks), 16, limit=bound)
+    assert_same_or_near_tie(plain, PROMPTS[4], "".join(c["choices"][0]["text"] for c in chunks), 16, limit=bound)
     assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["content"]
 
 
@@ -244,15 +271,28 @@ def test_save_and_load_state_carry_the_adapter_selection(smollm2_path, tmp_path)
 
 
 # ---- speculative ---------------------------------------------------------------------------------------------
-def test_a_speculative_llama_serves_threads_one_sequence_at_a_time(smollm2_path):
-    from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+@pytest.mark.parametrize("kind", ["ngram", "draft"])
+def test_speculating_threads_share_steps_and_each_gets_its_own_answer(kind, smollm2_path, plain):
+    """Drafts of several sequences are verified in the same batches (not one sequence at a time),
+    and every answer is plain greedy decoding's or an explained near tie."""
+    spec = (KINDS[kind]["speculative"] if kind == "ngram"
+            else SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4))
+    prompts = [f"Count from {i} to {i + 30}, separated by commas: {i}, {i + 1}, {i + 2}," for i in range(4)]
+    with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False, speculative=spec) as llm:
+        seen = []
 
-    with Llama(smollm2_path, n_ctx=1024, n_threads=2, progress=False,
-               speculative=SpecConfig(type=SpeculativeType.NGRAM_MAP_K)) as spec:
-        assert spec.engine is None  # its sequences run alone: drafts follow one sequence
-        want = [text_of(spec(p, max_tokens=16, **GREEDY)) for p in PROMPTS[:3]]
-        outs = run_threads([lambda p=p: spec(p, max_tokens=16, **GREEDY) for p in PROMPTS[:3]])
-        assert [text_of(o) for o in outs] == want  # alone, each decodes exactly as before
+        def watch(ids, logits):  # which sequences generate at once, and whether drafts were pending
+            seen.append((sum(c.drafting is not None for c in llm.engine._generating),
+                         sum(bool(c.drafting and c.drafting.draft) for c in llm.engine._generating)))
+            return logits
+
+        outs = run_threads([lambda p=p: llm(p, max_tokens=32, logits_processor=[watch], **GREEDY) for p in prompts])
+        assert max(n for n, _ in seen) > 1  # several speculating sequences at once
+        assert max(d for _, d in seen) > 1  # drafts of two sequences in one step
+        bound = parallel_bound(plain)
+        for prompt, out in zip(prompts, outs):
+            assert_same_or_near_tie(plain, prompt, text_of(out), 32, limit=bound)
+        assert llm.last_speculative_stats.accepted_tokens > 0
 
 
 # ---- defects ------------------------------------------------------------------------------------------------------

@@ -118,7 +118,9 @@ def test_unbounded_choices_that_cannot_share_the_context_run_one_after_another(s
                                                 logit_bias=ban)
         assert [c["finish_reason"] for c in result["choices"]] == ["length"] * 3
         assert result["usage"]["completion_tokens"] == 3 * (n_ctx - len(prompt))
-        assert decoded >= 3  # one group each: the prompt (or its last token) again for every choice
+        # one group each, one after another: the first decodes the prompt, each later one at least
+        # its last token again (the cached prompt), at most the whole prompt (its cache was evicted)
+        assert len(prompt) + 2 <= decoded <= 3 * len(prompt)
 
 
 def test_per_choice_stop_strings_budgets_and_logprobs(llm):
@@ -223,7 +225,18 @@ def test_slots_keep_their_prompts_for_later_requests(llm):
 
 
 def test_bad_requests_leave_the_counters_alone_and_good_ones_move_them(llm):
-    before = llm.n_evaluated
     llm.reset()
+
+    def counters():
+        return llm.n_evaluated, llm.engine.stats.prompt_tokens, llm.engine.stats.prompt_steps
+
+    before = counters()
+    bad_requests = [dict(prompt=PROMPTS[:2], n=0), dict(prompt=[PROMPTS[0], [1, "x"]]),
+                    dict(prompt=PROMPTS[:2], logprobs=-1), dict(prompt=PROMPTS[:2], max_tokens="4"),
+                    dict(prompt=[PROMPTS[0], [llm.n_vocab() + 5]])]
+    for bad in bad_requests:
+        with pytest.raises((ValueError, TypeError)):
+            llm(**{"max_tokens": 2, **bad})
+    assert counters() == before  # refused before anything was decoded
     llm(PROMPTS[:2], max_tokens=2, temperature=0)
-    assert llm.n_evaluated > before  # so the refusal tests above would notice a decode
+    assert all(a > b for a, b in zip(counters(), before))  # a good request moves every one of them

@@ -165,7 +165,8 @@ def test_logprobs_and_processors_with_speculation(plain, engines):
         return logits
 
     kw = dict(max_tokens=40, temperature=0, logprobs=2, logits_processor=[ban_digit_one])
-    plain.reset()  # a fresh cache: cells in order, as the speculative Llama's one sequence has them
+    plain.reset()  # fresh caches on both: the sequence's cells in order (no other slot's in between)
+    engines["ngram-k"].reset()
     want = plain(REPETITIVE, **kw)
     got = engines["ngram-k"](REPETITIVE, **kw)
     text = got["choices"][0]["text"]

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_ffi.high import Llama
-from llama_ffi.high.speculative import SpecConfig, SpeculativeType, verify
+from llama_ffi.high.speculative import SpecConfig, SpeculativeType, window
 from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
 from tiny_mtp import TinyMtpConfig, write_gguf
 
@@ -44,6 +44,11 @@ def _generate(llm, prompt, **kw) -> list[int]:
     return list(llm.generate(prompt, **kw))
 
 
+def _mtp_sequence(llm):
+    """The MTP drafter's record of the main sequence (which hidden states it saw, which pairs it fed)."""
+    return llm.engine.speculation.drafters.sequences[llm.main_seq]
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=st.lists(st.integers(3, 319), min_size=1, max_size=40), n=st.integers(1, 60))
 def test_greedy_identical_to_plain(pair, prompt, n):
@@ -52,9 +57,9 @@ def test_greedy_identical_to_plain(pair, prompt, n):
     assert_same_or_near_tie(plain, [1] + prompt, got, n)
     stats = mtp.last_speculative_stats
     assert stats.type == "DRAFT_MTP" and stats.generated_tokens == len(got)
-    if n >= 2 + verify.MIN_DRAFT and len(got) > 1:  # room for a draft worth verifying
+    if n >= 2 + window.MIN_DRAFT and len(got) > 1:  # room for a draft worth verifying
         assert stats.draft_calls > 0 and stats.drafted_tokens > 0
-    assert mtp.context.seq_pos_max(0) + 1 == len(mtp.tokens)
+    assert mtp.context.seq_pos_max(mtp.main_seq) + 1 == len(mtp.tokens)
 
 
 @pytest.mark.parametrize("seed", [3, 11])
@@ -77,7 +82,7 @@ def test_prefix_reuse_and_streaming(pair):
     longer = prompt + [314, 315]
     mtp.eval_prompt(longer)
     assert mtp.n_evaluated - before == 2
-    assert mtp.drafter.n_fed == len(longer)
+    assert _mtp_sequence(mtp).seen == longer  # the target's hidden states of every position
     got = "".join(c["choices"][0]["text"] for c in mtp(longer, max_tokens=20, temperature=0, stream=True))
     assert_same_or_near_tie(plain, longer, got, 20)
     assert_same_or_near_tie(plain, prompt, first, 20)
@@ -152,10 +157,11 @@ def test_load_state_resyncs_the_mtp_cache(bigram_model):
         assert_same_or_near_tie(plain, prompt, got, 40)
         stats = mtp.last_speculative_stats
         assert stats.accepted_tokens == stats.drafted_tokens > 0
-        assert mtp.drafter.n_fed == len(mtp.tokens)
+        fed = _mtp_sequence(mtp).fed
+        assert len(fed) >= len(prompt) and fed == mtp.tokens[:len(fed)]
 
 
-def test_parked_mtp_stream_resumes_with_its_hidden_states(bigram_model):
+def test_a_stream_keeps_its_hidden_states_while_other_requests_run(bigram_model):
     prompt = [1, 300, 301, 302, 303]
     with _mtp(bigram_model) as mtp:
         want = mtp(prompt, max_tokens=40, temperature=0)["choices"][0]["text"]
@@ -167,5 +173,5 @@ def test_parked_mtp_stream_resumes_with_its_hidden_states(bigram_model):
         rest = list(stream)
         assert "".join(c["choices"][0]["text"] for c in head + rest) == want
         stats = mtp.last_speculative_stats
-        # parking gives up the pending batch (one rollback); every other draft is accepted
-        assert stats.accepted_tokens > 0 and stats.rollbacks <= 1
+        # the requests in between ran in other sequences: every draft of the stream is accepted
+        assert stats.accepted_tokens == stats.drafted_tokens > 0 and stats.rollbacks == 0

@@ -34,7 +34,7 @@ def test_greedy_identical_with_checkpoint_restores(pair, prompt, n):
     fast.reset()
     got = list(fast.generate([1] + prompt, max_tokens=n, temperature=0))
     assert_same_or_near_tie(plain, [1] + prompt, got, n)
-    assert fast.context.seq_pos_max(0) + 1 == len(fast.tokens)
+    assert fast.context.seq_pos_max(fast.main_seq) + 1 == len(fast.tokens)
     ROLLBACKS.append(fast.last_speculative_stats.rollbacks)
 
 

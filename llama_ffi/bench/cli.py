@@ -396,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
             print("llama-speculative-simple not found: llama.cpp's own n-gram rows are left out "
                   "(python -m tools.native_build --reference)", file=sys.stderr)
         print(speculative_table(rows))
+        from llama_ffi.bench import speculative_callers
+
+        repetitive = {k: v for k, v in SPEC_PROMPTS.items() if "repetitive" in k}
+        print(speculative_callers.table(speculative_callers.bench(args.model, args.threads, args.repeats, repetitive,
+                                                                  args.draft_model)))
     if args.mmproj:
         from llama_ffi.bench import mtmd as bench_mtmd
 

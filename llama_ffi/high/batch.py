@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llama_ffi import ffi, lib
+from llama_ffi import lib
 
 
 class Batch:

@@ -155,31 +155,17 @@ class LlamaState(bytes):
 
 
 def scores(llm) -> np.ndarray:
-    """(n_tokens, n_vocab) logits of the cached positions, as llama-cpp-python keeps them:
-    every row with ``logits_all=True``; otherwise only the last row (the others zero)."""
+    """(n_tokens, n_vocab) logits of the main slot's cached positions, as llama-cpp-python keeps
+    them: every row with ``logits_all=True``; otherwise only the last row (the others zero)."""
     n = len(llm.tokens)
     out = np.zeros((n, llm.n_vocab), dtype=np.single)
-    if llm._logits_all and llm._score_rows is not None:
-        k = min(n, len(llm._score_rows))
-        out[:k] = llm._score_rows[:k]
+    kept = llm.main_slot.scores
+    if llm.logits_all and kept is not None:
+        k = min(n, len(kept))
+        out[:k] = kept[:k]
     elif n:
         out[-1] = llm.logits()
     return out
-
-
-def record_scores(llm, start: int, n: int, all_rows: bool) -> None:
-    """Keep the logits just decoded for ``scores`` (``logits_all=True``)."""
-    rows = llm._score_rows
-    if rows is None or len(rows) < start + n:
-        grown = np.zeros((max(start + n, 2 * (0 if rows is None else len(rows))), llm.n_vocab), dtype=np.single)
-        if rows is not None:
-            grown[:len(rows)] = rows
-        llm._score_rows = rows = grown
-    if all_rows:
-        for k in range(n):
-            rows[start + k] = llm.context.logits(k)
-    else:
-        rows[start + n - 1] = llm.context.logits(-1)
 
 
 def checked_seed(seed: int) -> int:
@@ -187,14 +173,6 @@ def checked_seed(seed: int) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed <= 0xFFFFFFFF:
         raise ValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
     return seed_value(seed)
-
-
-def check_cache(cache) -> None:
-    """A Llama whose requests run alone (speculative, ``logits_all``) takes no prompt cache: its one
-    sequence's cache is reused for a shared prefix; keep more with ``save_state`` / ``load_state``."""
-    if cache is not None:
-        raise NotImplementedError("set_cache: a Llama with speculative decoding or logits_all=True runs one "
-                                  "sequence and takes no prompt cache; save_state() / load_state() keep others")
 
 
 def sampling_params(default_seed: int, last_n_tokens_size: int, seed: int | None = None, **kw):

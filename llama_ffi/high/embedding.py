@@ -169,8 +169,7 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
     n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else llm._model.n_embd
     out: list[np.ndarray] = [np.empty(0)] * len(texts)
     with llm.single(idle=True):
-        if llm.engine is not None:  # the batcher reuses the context's memory: every slot's cache goes
-            llm.engine.slots.forget_all()
+        llm.engine.slots.forget_all()  # the batcher reuses the context's memory: every slot's cache goes
         llm.tokens = []
         for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out):
             out[index] = vec

@@ -1,28 +1,30 @@
 """``Llama``: a model, one context and its KV cache, with llama-cpp-python's names.
 
-It owns the model and the context (``close()``, ``with``, GC), serialises use from several
-threads with one lock, and keeps the tokens in the KV cache so that a new prompt sharing a
-prefix with them evaluates only the new suffix.
+It owns the model and the context (``close()``, ``with``, GC). Every generation request goes
+through its engine (``llama_ffi.high.engine``), which decodes the requests of all threads
+together; single-sequence work (``eval``, ``save_state``) takes the context between two steps.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from llama_ffi import ffi, lib
+from llama_ffi import lib
 from llama_ffi._logging import enable_verbose_logging
 from llama_ffi.high import adapters, compat, completion, embedding, hub, multimodal, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.batch import Batch
-from llama_ffi.high.context import ClosedError, Context, ContextLengthError, ContextParams, raise_for_decode_status
-from llama_ffi.high.context_lock import ContextLock
+from llama_ffi.high.context import ClosedError, Context, ContextParams
 from llama_ffi.high.engine import Counters, Engine, default_slots, results
 from llama_ffi.high.engine.slots import Slot
+from llama_ffi.high.engine.speculation import Speculation
 from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.high.main_sequence import MainSequence
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
 from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
@@ -105,7 +107,7 @@ class Llama:
             raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
         self.chat_format, self.chat_handler = chat_format, chat_handler
         self.spm_infill = legacy_options.get("spm_infill", False)  # suffix= puts the suffix first
-        self._logits_all = flag("logits_all", logits_all)
+        self.logits_all = flag("logits_all", logits_all)
         self.last_n_tokens_size = integer("last_n_tokens_size", last_n_tokens_size, -1)
         compat.init_numa(numa)
         if speculative is not None and not isinstance(speculative, SpecConfig):
@@ -145,19 +147,16 @@ class Llama:
         self.mtmd: multimodal.MtmdContext | None = None
         self._batch: Batch | None = None
         self.speculative = speculative
-        self.drafter = None
-        # Called with (tokens, start) after every decode, for a drafter that follows the target's
-        # hidden states (MTP); None otherwise, so the per-token path pays one check.
-        self._on_decoded = None
-        self.last_speculative_stats: SpeculativeStats | None = None
         self.counters = Counters()
-        self.engine: Engine | None = None  # None: every request runs alone (see _runs_alone)
-        self._alone_slot = Slot(0)
+        self.engine: Engine | None = None  # None only with vocab_only (no context)
+        # Steps of the engine and single-sequence work take turns on the context.
+        self.lock = threading.Lock()
+        drafters = None
         if not vocab_only:
             try:
                 self._context = Context(self._model, cparams)
                 if speculative is not None:
-                    self.drafter = create_drafter(speculative, self._model, self._context)
+                    drafters = create_drafter(speculative, self._model, self._context)
             except BaseException:
                 if self._context is not None:
                     self._context.close()
@@ -172,16 +171,11 @@ class Llama:
                 self.adapters.default = self.adapters.select(
                     [{"name": Path(lora_path).stem, "scale": lora_scale}], None)
             self.context_params.n_ctx = self._context.n_ctx  # 0 meant "the model's": say which
-            self._on_decoded = getattr(self.drafter, "observe", None)
-        # Steps of the engine and single-sequence work take turns on it (see context_lock).
-        self.lock = ContextLock(self)
-        if self._context is not None and self.drafter is None and not self._logits_all:
+            speculation = None if drafters is None else Speculation(speculative, drafters, self._context)
             self.engine = Engine(self._context, self._batch, self.tokenizer, self.adapters, self.lock,
-                                        self.counters)
-        self._score_rows: np.ndarray | None = None  # logits_all: the logits of every cached position
-        self._one = ffi.new("llama_token[1]")
-        # A one-token batch over _one, built once: eval_token only rewrites the token.
-        self._one_batch = lib.llama_batch_get_one(self._one, 1)
+                                 self.counters, speculation)
+            self.main_sequence = MainSequence(self._context, self._batch, self.engine, self.tokenizer, self.counters,
+                                              self.logits_all)
         self._closed = False
         if warmup and self._context is not None:
             self.warm_up()
@@ -201,8 +195,8 @@ class Llama:
         if self.engine is not None:
             self.engine.close()
         self._closed = True
-        if self.drafter is not None:
-            self.drafter.close()
+        if self.engine is not None and self.engine.speculation is not None:
+            self.engine.speculation.close()
         if self._batch is not None:
             self._batch.close()
         if self.mtmd is not None:
@@ -311,31 +305,40 @@ class Llama:
     # ---- evaluation ----------------------------------------------------------------------------------
     # ---- the main sequence (llama-cpp-python's single-sequence attributes) ----------------------------
     @property
-    def _main(self) -> Slot:
-        return self.engine.slots.main if self.engine is not None else self._alone_slot
+    def main_slot(self) -> Slot:
+        """The slot of the latest request: llama-cpp-python's single-sequence attributes
+        (``tokens``, ``eval``, ``save_state``, ``scores``) are about it."""
+        self.context  # noqa: B018 - a clear error for a closed or vocab_only Llama
+        return self.engine.slots.main
 
     @property
     def main_seq(self) -> int:
-        """The sequence of the main slot: the latest request's (0 while requests run alone)."""
-        return self._main.seq
+        """The sequence of the main slot: the latest request's."""
+        return self.main_slot.seq
+
+    @property
+    def last_speculative_stats(self) -> SpeculativeStats | None:
+        """What the latest finished speculating sequence did (None before one, or without ``speculative``)."""
+        speculation = self.engine.speculation if self.engine is not None else None
+        return None if speculation is None else speculation.last_stats
 
     @property
     def tokens(self) -> list[int]:
         """What the main slot's KV cache holds (MEDIA_POSITION where media fill it)."""
-        return self._main.tokens
+        return self.main_slot.tokens
 
     @tokens.setter
     def tokens(self, value: list[int]) -> None:
-        self._main.tokens = value
+        self.main_slot.tokens = value
 
     @property
     def media_spans(self) -> list[tuple[int, int, str]]:
         """(start, positions, media id) of the media in the main slot."""
-        return self._main.media_spans
+        return self.main_slot.media_spans
 
     @media_spans.setter
     def media_spans(self, value) -> None:
-        self._main.media_spans = value
+        self.main_slot.media_spans = value
 
     @property
     def n_evaluated(self) -> int:
@@ -349,135 +352,35 @@ class Llama:
     def single(self, idle: bool = False):
         """``with llm.single():`` the main slot for single-sequence work, between the engine's steps
         (``idle``: once no request runs)."""
-        return self.lock if self.engine is None else self.engine.exclusive(idle=idle)
+        self.context  # noqa: B018 - a clear error for a closed or vocab_only Llama
+        return self.engine.exclusive(idle=idle)
 
     def reset(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
         with self.single():
-            if self.engine is None:
-                self.context.clear()
-                self.tokens = []
-            else:
-                for slot in self.engine.slots.idle():
-                    self.engine.slots.forget(slot)
-
-    def _resync_after_abort(self) -> None:
-        kept = self.context.seq_pos_max(self._main.seq) + 1
-        del self.tokens[max(kept, 0):]
-
-    def _decode(self, tokens: Sequence[int], start: int, logits: str = "last") -> None:
-        ctx, batch = self.context, self._batch
-        if self._logits_all:
-            logits = "all"
-        step = batch.capacity
-        for i in range(0, len(tokens), step):
-            part = tokens[i:i + step]
-            try:
-                ctx.decode(batch.fill(part, start + i, self._main.seq, logits).c)
-            except KeyboardInterrupt:
-                self._resync_after_abort()
-                raise
-            if self._on_decoded is not None:
-                self._on_decoded(part, start + i)
-            if self._logits_all:
-                compat.record_scores(self, start + i, len(part), logits == "all")
-            self.tokens.extend(part)
-            self.n_evaluated += len(part)
-
-    def _check_fits(self, tokens: Sequence[int], cached: int = 0) -> None:
-        """Tokens inside the vocabulary that, after ``cached`` ones, fit in the context."""
-        self.tokenizer.check_tokens(tokens)
-        n_ctx = self.context.n_ctx_seq
-        if cached + len(tokens) > n_ctx:
-            what = f"{cached} cached + {len(tokens)} new tokens" if cached else f"prompt has {len(tokens)} tokens"
-            raise ContextLengthError(f"{what} but the context holds only {n_ctx} (n_ctx={n_ctx})")
+            for slot in self.engine.slots.idle():
+                self.engine.slots.forget(slot)
 
     def eval_prompt(self, prompt: Sequence[int]) -> None:
         """Make the main slot's cache hold exactly ``prompt``, evaluating only what is not cached."""
-        main = self._main
-        self.context.check_positions(main.tokens, main.seq)  # as the previous request left it
-        if isinstance(prompt, multimodal.MediaPrompt):
-            multimodal.evaluate(self.context, main, prompt, self._decode, self.counters)
-        elif not prompt:
-            raise ValueError("prompt is empty")
-        else:
-            self._check_fits(prompt)
-            keep = self.context.keep_prefix(main.tokens, prompt, main.seq)
-            self._decode(list(prompt[keep:]), keep)
-        self.context.check_positions(main.tokens, main.seq)
-
-    def _resync_drafter(self, tokens: list[int], snapshot=None) -> None:
-        """After the target's cache was replaced: a drafter that mirrors it position by position
-        (MTP) is fed again; the others follow the history by themselves at the next draft."""
-        resync = getattr(self.drafter, "resync", None)
-        if resync is not None:
-            resync(tokens, snapshot)
+        with self.single():
+            self.main_sequence.eval_prompt(prompt)
 
     def warm_up(self) -> None:
         """llama.cpp's warm-up at load (``Llama(..., warmup=True)``): decode BOS and EOS once and
         forget them, so that the first prompt does not pay for touching the weights."""
-        vocab = self._model.vocab_ptr
-        tokens = [t for t in (lib.llama_vocab_bos(vocab), lib.llama_vocab_eos(vocab))
-                  if t != lib.LLAMA_TOKEN_NULL] or [0]
         with self.single(idle=True):
-            evaluated = self.n_evaluated
-            self._decode(tokens, 0)
-            self._forget_all()
-            self.n_evaluated = evaluated
-            self._resync_drafter([])
-
-    def eval_token(self, token: int) -> int:
-        """Append one token to the sequence (the generation fast path: called per token, so it
-        goes straight to llama_decode and leaves error handling to Context.decode). Returns the
-        output index of the new logits (-1: the last), as the speculative stepper does."""
-        if self.engine is not None and self._main.seq != 0:  # the one-token batch is sequence 0's
-            self._decode([token], len(self.tokens))
-            return -1
-        self._one[0] = token
-        rc = lib.llama_ffi_decode(self._context._ptr, self._one_batch)
-        if self._context.remote is not None:
-            self._context.remote.check()
-        if rc != 0:
-            try:
-                raise_for_decode_status(rc)
-            except KeyboardInterrupt:
-                self._resync_after_abort()
-                raise
-        if self._on_decoded is not None:
-            self._on_decoded([token], len(self.tokens))
-        if self._logits_all:
-            compat.record_scores(self, len(self.tokens), 1, False)
-        self.tokens.append(token)
-        self.n_evaluated += 1
-        return -1
-
-    def eval_outputs(self, tokens: Sequence[int]) -> None:
-        """Append ``tokens`` with logits for every one of them (a speculative verification)."""
-        self._decode(list(tokens), len(self.tokens), logits="all")
-
-    def truncate(self, n: int) -> None:
-        """Keep only the first ``n`` cached tokens."""
-        if n < len(self.tokens):
-            if not self.context.seq_rm(self._main.seq, n, -1):
-                raise RuntimeError(f"llama.cpp could not cut the KV cache at {n}")
-            del self.tokens[n:]
+            self.main_sequence.warm_up()
 
     @property
     def memory_is_recurrent(self) -> bool:
         """Recurrent or hybrid memory: a cache that cannot be cut at a position."""
         return self._model.memory_is_recurrent
 
-    def restore_seq_state(self, data: bytes, n_tokens: int) -> None:
-        """Restore sequence 0 from ``Context.seq_state_bytes``, taken when it held ``n_tokens``."""
-        self.context.set_seq_state_bytes(0, data)
-        del self.tokens[n_tokens:]
-
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``)."""
         with self.single():
-            tokens = list(tokens)
-            self._check_fits(tokens, cached=len(self.tokens))
-            self._decode(tokens, len(self.tokens))
+            self.main_sequence.eval(tokens)
 
     def logits(self) -> np.ndarray:
         """Zero-copy view of the logits of the last evaluated token."""
@@ -516,17 +419,8 @@ class Llama:
             max_tokens=max_tokens, stop=[], sampling=self._sampling_params(**sampling),
             grammar=grammar, logits_processor=_as_list(logits_processor),
             stopping_criteria=_as_list(stopping_criteria),
-            adapters=self.adapters.select(active_loras, control_vector))
-        tokens = list(tokens)
-        if self.engine is not None:
-            return results.tokens(results.Call(self, [tokens], 1, settings, [""], self.model_path, streamed=True))
-
-        def work(lease) -> Iterator[int]:
-            for event in completion.generate_events(self, tokens, settings, completion.Outcome(), lease):
-                if event.token >= 0:
-                    yield event.token
-
-        return self.lock.stream(work)
+            adapters=self.adapters.select(active_loras, control_vector), logits_all=self.logits_all)
+        return results.tokens(results.Call(self, [list(tokens)], 1, settings, [""], self.model_path, streamed=True))
 
     # ---- completion ------------------------------------------------------------------------------------
     def _sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
@@ -560,16 +454,12 @@ class Llama:
             logits_processor=_as_list(logits_processor), stopping_criteria=_as_list(stopping_criteria),
             model=model, active_loras=active_loras, control_vector=control_vector, n=n, suffix=suffix,
             sampling=sampling)
-        if self.engine is None:  # speculative, or logits_all: one sequence at a time
-            return completion.create_alone(self, *request, stream=stream)
         return results.completion(results.Call(self, *request, streamed=stream))
 
     async def acreate_completion(self, prompt, *, stream: bool = False, **kwargs):
         """``create_completion`` for asyncio: awaits the dict, or with ``stream=True`` returns an
         async iterator of chunks; the event loop is never blocked, and cancelling the task frees its
         slot at the next step."""
-        if self.engine is None:
-            return await results.in_thread(self.create_completion, prompt, stream=stream, **kwargs)
         self._check_open()
         for name in ("logits_processor", "stopping_criteria"):
             kwargs[name] = _as_list(kwargs.get(name))
@@ -658,31 +548,17 @@ class Llama:
     def unload_lora(self, name: str) -> None:
         """Free an adapter. An unfinished request or stream using it makes this an error."""
         with self.single():
-            if self.engine is not None:  # caches computed under it are forgotten with it
-                self.engine.slots.forget_adapter(name)
-            if self.adapters.unload(name, self.context) and self.engine is None:
-                self._drop_cache()
+            self.engine.slots.forget_adapter(name)  # caches computed under it are forgotten with it
+            self.adapters.unload(name, self.context)
 
     @property
     def loras(self) -> dict[str, dict]:
         """name → {"path", "alpha", "metadata"} of every loaded adapter."""
         return self.adapters.info()
 
-    def use_adapters(self, selection) -> None:
-        """Compute under ``selection`` (None: the default set); the cache of another set is dropped."""
-        if self.adapters.apply(self.context, selection or self.adapters.default):
-            self._drop_cache()
-
-    def _drop_cache(self) -> None:
-        self._forget_all()
-        self._resync_drafter([])
-
     def _forget_all(self) -> None:
-        if self.engine is not None:
-            self.engine.slots.forget_all()
-        else:
-            self.context.clear()
-            self.tokens = []
+        self.engine.slots.forget_all()
+
 
 def _as_list(x) -> list:
     if x is None:

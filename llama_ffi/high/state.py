@@ -172,9 +172,9 @@ def save(llm, path: str | os.PathLike | None = None) -> compat.LlamaState | None
     """The main sequence's state (KV cache) with the tokens it holds: returned as bytes (with
     llama-cpp-python's LlamaState attributes), or written to ``path``. ``load`` takes either."""
     with llm.single():
-        main = llm._main
+        main = llm.main_slot
         tokens = list(main.tokens)
-        selection = (main.selection if llm.engine is not None else llm.adapters.applied) if tokens else None
+        selection = main.selection if tokens else None
         data = encode(tokens, main.media_spans, selection, llm.context.seq_state_bytes(main.seq),
                       producer_of(llm.context))
     if path is None:
@@ -226,11 +226,10 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
         raise ValueError(f"the state holds {len(tokens)} tokens; this context's sequences hold "
                          f"{llm.context.n_ctx_seq}")
     with llm.single(idle=whole_context):
-        main = llm._main
+        main = llm.main_slot
         try:
             if whole_context:
-                if llm.engine is not None:
-                    llm.engine.slots.forget_all()
+                llm.engine.slots.forget_all()
                 llm.context.set_state_bytes(context_state)
             else:
                 llm.context.set_seq_state_bytes(main.seq, context_state)
@@ -250,7 +249,4 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
             last_pos = len(tokens) - 1
             llm.context.seq_rm(main.seq, last_pos, -1)
             last = main.tokens.pop()
-            llm._resync_drafter(main.tokens)
-            llm._decode([last], last_pos)
-        else:
-            llm._resync_drafter(list(main.tokens))
+            llm.main_sequence.decode([last], last_pos)

@@ -91,8 +91,7 @@ class Served:
 
     @property
     def n_slots(self) -> int:
-        engine = self.llm.engine
-        return len(engine.slots.slots) if engine is not None else 1
+        return len(self.llm.engine.slots.slots)
 
     @contextlib.contextmanager
     def ticket(self):
@@ -340,8 +339,6 @@ def _piece(data: bytes):
 
 def _slots(llm) -> list[dict]:
     n_ctx = int(llm.n_ctx)
-    if llm.engine is None:  # a Llama whose sequences run alone: one slot
-        return [{"id": 0, "n_ctx": n_ctx, "is_processing": False, "n_cached_tokens": llm.n_tokens}]
     return [{"id": s.seq, "n_ctx": n_ctx, "is_processing": s.owner is not None, "n_cached_tokens": len(s.tokens)}
             for s in llm.engine.slots.slots]
 

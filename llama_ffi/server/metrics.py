@@ -27,9 +27,8 @@ class Metrics:
 
     def prometheus(self, llm, in_flight: int) -> str:
         engine = llm.engine
-        stats = engine.stats if engine is not None else None
-        processing = (sum(s.owner is not None for s in engine.slots.slots) if engine is not None
-                      else min(in_flight, 1))
+        stats = engine.stats
+        processing = sum(s.owner is not None for s in engine.slots.slots)
         steps = stats.prompt_steps + stats.generation_steps if stats else 0
         counters = [
             ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", self.prompt_tokens),

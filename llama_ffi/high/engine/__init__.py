@@ -2,9 +2,8 @@
 scheduler thread that decodes all requests together step by step, and the callers' side (threads,
 streams, asyncio)."""
 
-from llama_ffi.high.engine.choices import check_n, choice_seed, default_slots, prompt_list
+from llama_ffi.high.engine.choices import choice_seed, default_slots
 from llama_ffi.high.engine.request import RequestCancelled
 from llama_ffi.high.engine.scheduler import Counters, Engine, EngineStats
 
-__all__ = ["Counters", "Engine", "EngineStats", "RequestCancelled", "check_n", "choice_seed", "default_slots",
-           "prompt_list"]
+__all__ = ["Counters", "Engine", "EngineStats", "RequestCancelled", "choice_seed", "default_slots"]

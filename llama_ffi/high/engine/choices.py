@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-
 import numpy as np
 
 from llama_ffi import lib
-from llama_ffi.high.completion import Event, GenerationSettings, StopMatcher, _top, log_softmax
+from llama_ffi.high.completion import GenerationSettings
 from llama_ffi.high.sampling import SamplerChain
+from llama_ffi.high.text_output import Event, StopMatcher, log_softmax, top_logprobs
 from llama_ffi.high.tokenizer import TextStream
 
 logger = logging.getLogger("llama_ffi")
@@ -30,31 +29,6 @@ def default_slots(n_batch: int | None) -> int:
     if isinstance(n_batch, int) and not isinstance(n_batch, bool) and n_batch > 0:
         return min(DEFAULT_SLOTS, n_batch)
     return DEFAULT_SLOTS
-
-
-def prompt_list(prompt) -> list | None:
-    """The prompts of a list-of-prompts request (strings, or token lists); None for one prompt."""
-    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
-        return None
-    items = list(prompt)
-    if items and all(isinstance(t, int) and not isinstance(t, bool) for t in items):
-        return None  # one prompt as tokens
-    if not items:
-        raise ValueError("prompt is an empty list: give a string, a token list, or a list of either")
-    if all(isinstance(p, (str, bytes)) for p in items):
-        return items
-    if all(isinstance(p, Sequence) and not isinstance(p, (str, bytes)) for p in items):
-        for i, p in enumerate(items):
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-                raise TypeError(f"prompt[{i}] must be a list of token ids (ints)")
-        return [list(p) for p in items]
-    raise TypeError("a list of prompts must be all strings or all token lists, not a mix")
-
-
-def check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1 (choices per prompt), got {n!r}")
-    return n
 
 
 def choice_seed(seed: int, i: int) -> int:
@@ -88,6 +62,7 @@ class Choice:
     group: "Group | None" = None
     events: list[Event] = dataclasses.field(default_factory=list)  # kept for a non-streamed result
     context_bound: bool = False      # its budget is what a sequence's cells allow, below max_tokens
+    drafting: object | None = None   # a speculating choice's engine.speculation.Drafting
 
 
 @dataclasses.dataclass(eq=False)
@@ -193,7 +168,7 @@ def accept(c: Choice, token: int, vocab, piece, settings: GenerationSettings, lo
     event = Event(token, text)
     if lp is not None:
         event.logprob = float(lp[token])
-        event.top_logprobs = _top(lp, settings.logprobs, lambda t: piece(t).decode("utf-8", "replace"))
+        event.top_logprobs = top_logprobs(lp, settings.logprobs, lambda t: piece(t).decode("utf-8", "replace"))
     c.history.append(token)
     if stopped:
         c.finish_reason = "stop-string"
@@ -218,7 +193,7 @@ def runs_greedily(c: Choice) -> bool:
     """Whether the choice can take a greedy run of several tokens (no per-token Python hooks)."""
     settings = c.group.request.settings
     return (c.chain.greedy_bias is not None and not c.processors and not settings.stopping_criteria
-            and settings.logprobs is None and c.budget - c.produced >= 2)
+            and settings.logprobs is None and not settings.logits_all and c.budget - c.produced >= 2)
 
 
 def closing_events(c: Choice) -> list[Event]:

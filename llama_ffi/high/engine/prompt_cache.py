@@ -217,12 +217,7 @@ class LlamaDiskCache(LlamaCache):
 
 def install(llm, cache: LlamaCache | None) -> None:
     """``Llama.set_cache``: the engine's slots keep what they lose in ``cache``."""
-    from llama_ffi.high import compat
-
     if cache is not None and not isinstance(cache, LlamaCache):
         raise TypeError("set_cache takes a LlamaRAMCache, a LlamaDiskCache or None")
-    if llm.engine is None:
-        compat.check_cache(cache)
-        return
     with llm.single():
         llm.engine.slots.cache = cache

@@ -7,15 +7,15 @@ choice's text; the last chunk of every choice has its ``finish_reason``, the ver
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 
-from llama_ffi.high.completion import _logprobs_block, completion_id
 from llama_ffi.high.engine.choices import build_groups
 from llama_ffi.high.engine.request import DONE, Request
 from llama_ffi.high.interrupt import sigint_stops_compute
+from llama_ffi.high.text_output import logprobs_block
 
 
 class Call:
@@ -32,7 +32,7 @@ class Call:
         self.request = Request(groups, settings, streamed, self.engine.wake, in_asyncio)
         self.choices = sorted(self.request.choices, key=lambda c: c.index)
         self.n_prompt = sum(len(p) for p in prompts)
-        self.cid, self.created = completion_id(), int(time.time())
+        self.cid, self.created = f"cmpl-{uuid.uuid4()}", int(time.time())
 
     def usage(self) -> dict:
         produced = sum(c.produced for c in self.choices)
@@ -49,7 +49,7 @@ class Call:
         return out
 
     def _logprobs(self, events, offset: int = 0) -> dict | None:
-        return _logprobs_block(events, offset, self.tokenizer) if self.settings.logprobs is not None else None
+        return logprobs_block(events, offset, self.tokenizer) if self.settings.logprobs is not None else None
 
     def result(self) -> dict:
         items = []
@@ -180,22 +180,3 @@ def tokens(call: Call) -> Iterator[int]:
         if event is not None and event.token >= 0:
             yield event.token
 
-
-async def in_thread(create, *args, stream: bool = False, **kwargs):
-    """A Llama whose sequences run alone (speculative, ``logits_all``) serves asyncio from a worker
-    thread: the call, and each chunk of a stream, are awaited there."""
-    result = await asyncio.to_thread(create, *args, stream=stream, **kwargs)
-    if not stream:
-        return result
-    return _athread_chunks(iter(result))
-
-
-async def _athread_chunks(chunks: Iterator[dict]) -> AsyncIterator[dict]:
-    done = object()
-    try:
-        while (chunk := await asyncio.to_thread(next, chunks, done)) is not done:
-            yield chunk
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()

@@ -14,6 +14,10 @@ arrival order), so a short request that arrives while a long one runs starts at 
 LoRA adapters and control vectors apply to the whole context: one step never mixes two
 selections; steps alternate between the selections that have work.
 
+A speculating choice (``Llama(speculative=...)``) puts its next token and a draft into the same
+batch and verifies the draft with its own sampler (``engine.speculation``); a request of a Llama
+with ``logits_all`` keeps every row's logits for ``scores``.
+
 Single-sequence work (``Llama.eval``, ``save_state``, embeddings...) takes the same lock between
 steps through ``exclusive()``.
 """
@@ -35,6 +39,7 @@ from llama_ffi.high.engine.choices import (NO_OUTPUT, Choice, Group, accept, clo
                                           sample)
 from llama_ffi.high.engine.request import AHEAD, DONE, Request, RequestCancelled
 from llama_ffi.high.engine.slots import Slot, SlotTable
+from llama_ffi.high.engine.speculation import STEP_DRAFT_TOKENS, Speculation
 from llama_ffi.high.multimodal.prompt import MediaPrompt, evaluate as evaluate_media
 
 
@@ -70,12 +75,14 @@ def copy_of(selection: Selection) -> Selection:
 
 
 class Engine:
-    def __init__(self, context, batch, tokenizer, adapters, lock, counters: Counters) -> None:
+    def __init__(self, context, batch, tokenizer, adapters, lock, counters: Counters,
+                 speculation: Speculation | None = None) -> None:
         self.context = context
+        self.speculation = speculation
         self.batch = batch
         self.piece = tokenizer.piece
         self.adapters = adapters
-        self.lock = lock            # ContextLock: steps and single-sequence work take turns
+        self.lock = lock            # steps and single-sequence work take turns
         self.counters = counters
         self.slots = SlotTable(context, context.n_seq_max)
         self.stats = EngineStats()
@@ -195,7 +202,7 @@ class Engine:
             with self._cond:
                 self._exclusive += 1
             try:
-                self.lock.acquire_for(None)
+                self.lock.acquire()
             finally:
                 with self._cond:
                     self._exclusive -= 1
@@ -406,6 +413,8 @@ class Engine:
             c.slot.media_spans = list(leader.slot.media_spans)
         for c in group.choices:
             c.output = output
+            if self.speculation is not None:
+                self.speculation.start(c)
         self._generating.extend(group.choices)
 
     # ---- one step ---------------------------------------------------------------------------------------
@@ -427,8 +436,13 @@ class Engine:
         ctx, batch = self.context, self.batch
         ready = [c for c in self._generating if not c.group.request.blocked]
         if len(ready) == 1 and not self._evaluating and not self._waiting and runs_greedily(ready[0]):
-            self._greedy_run(ready[0])
-            return
+            c = ready[0]
+            if c.drafting is None:
+                self._greedy_run(c, RUN)
+                return
+            if self.speculation.observe is None and c.drafting.window.wait >= 2:  # a pause in drafting
+                c.drafting.window.decoded_plainly(self._greedy_run(c, min(RUN, c.drafting.window.wait)))
+                return
         selection = self._pick_selection(ready, self._evaluating)
         if selection is None:
             return
@@ -438,9 +452,19 @@ class Engine:
         self.adapters.apply(ctx, selection)
         batch.clear()
         b = batch.c
-        for c in ready:
-            c.output = b.n_tokens
-            batch.add(c.next_token, len(c.slot.tokens), (c.slot.seq,), True)
+        drafted = 0
+        for k, c in enumerate(ready):
+            c.output, pos, seq = b.n_tokens, len(c.slot.tokens), c.slot.seq
+            batch.add(c.next_token, pos, (seq,), True)
+            if c.drafting is not None:
+                room = min(STEP_DRAFT_TOKENS - drafted, batch.capacity - b.n_tokens - (len(ready) - k - 1))
+                draft = self.speculation.propose(c, room)
+                c.drafting.base = pos
+                if draft and self.speculation.recurrent:  # a recurrent state cannot be cut: keep a copy
+                    c.drafting.snapshot = ctx.seq_state_bytes(seq)
+                for j, token in enumerate(draft):
+                    batch.add(token, pos + 1 + j, (seq,), True)
+                drafted += len(draft)
         parts = []
         for group in self._evaluating:
             room = batch.capacity - b.n_tokens
@@ -450,10 +474,11 @@ class Engine:
                 continue
             seq, start = group.leader.slot.seq, group.evaluated
             take = min(room, len(group.prompt) - start)
-            last = len(group.prompt) - 1
+            last, every = len(group.prompt) - 1, group.request.settings.logits_all
+            first = b.n_tokens
             for j in range(start, start + take):
-                batch.add(group.prompt[j], j, (seq,), j == last)
-            parts.append((group, start, take, b.n_tokens - 1))
+                batch.add(group.prompt[j], j, (seq,), every or j == last)
+            parts.append((group, start, take, first))
         n_tokens = b.n_tokens
         try:
             ctx.decode(b)
@@ -463,16 +488,22 @@ class Engine:
             self._decode_failed(error, [c.slot for c in ready] + [g.leader.slot for g, *_ in parts])
             return
         self.counters.evaluated += n_tokens
+        runs = []  # (slot, tokens, first position, first row, keep its rows' logits) of each sequence
         for c in ready:
-            c.slot.tokens.append(c.next_token)
+            runs.append((c.slot, [c.next_token] + (c.drafting.draft if c.drafting else []), len(c.slot.tokens),
+                         c.output, c.group.request.settings.logits_all))
+        for group, start, take, first in parts:
+            runs.append((group.leader.slot, group.prompt[start:start + take], start, first,
+                         group.request.settings.logits_all))
+        self._decoded(runs)
+        for c in ready:
             self.slots.check(c.slot)
-        for group, start, take, row in parts:
-            group.leader.slot.tokens.extend(group.prompt[start:start + take])
+        for group, start, take, first in parts:
             group.evaluated += take
             self.stats.prompt_tokens += take
             if group.evaluated == len(group.prompt):
                 self._evaluating.remove(group)
-                self._prompt_done(group, row)
+                self._prompt_done(group, first + take - 1)
         sampled = ready + [c for group, *_ in parts for c in group.choices if c.output != NO_OUTPUT]
         self._sample(sampled)
         elapsed = time.perf_counter() - started
@@ -484,26 +515,67 @@ class Engine:
             self.stats.generation_s += elapsed
             self.stats.generated_tokens += len(ready)
 
+    def _decoded(self, runs) -> None:
+        """After a decode: each run's tokens join its slot, and a run that asked for every row
+        (logits_all) keeps their logits for ``scores``; an MTP drafter takes the hidden states."""
+        ctx = self.context
+        for slot, tokens, start, first, keep in runs:
+            slot.tokens.extend(tokens)
+            if keep:
+                slot.keep_scores(start, [ctx.logits(r) for r in range(first, first + len(tokens))])
+        if self.speculation is not None and self.speculation.observe is not None:
+            self.speculation.observe([(slot.seq, tokens, start, first) for slot, tokens, start, first, _ in runs])
+
     def _sample(self, choices: list[Choice]) -> None:
         """Sample every choice of this step before delivering anything."""
         ctx = self.context
         ctx_ptr, vocab, pristine = ctx.ptr, ctx.model.vocab_ptr, {}
-        finished = []
+        finished, drafted = [], []
         for c in choices:
             if c.group is None or c.group.request.finished:  # ended by an earlier choice's error
                 continue
             request = c.group.request
             settings = request.settings
             try:
-                event = sample(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine)
+                if c.drafting is not None:
+                    drafted.append((c, self.speculation.walk(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine,
+                                                             self._deliver)))
+                else:
+                    self._deliver(c, sample(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine))
             except BaseException as error:  # a logits processor or stopping criterion of the caller's
                 self._fail_request(request, error)
                 continue
-            if event is not None and (event.text or settings.logprobs is not None or request.streamed):
-                self._emit(c, event)
             if c.finish_reason is not None:
                 finished.append(c)
+        for c, kept in drafted:  # every row is sampled: the rejected cells can go
+            self._drop_rejected(c, kept)
         self._finish(finished)
+
+    def _deliver(self, c: Choice, event) -> None:
+        request = c.group.request
+        if event is not None and (event.text or request.settings.logprobs is not None or request.streamed):
+            self._emit(c, event)
+
+    def _drop_rejected(self, c: Choice, kept: int) -> None:
+        """The cells after ``c``'s next token and its ``kept`` drafted tokens leave its sequence."""
+        d, slot = c.drafting, c.slot
+        draft, snapshot = d.draft, d.snapshot
+        d.draft, d.snapshot = [], None
+        keep = d.base + 1 + kept
+        if not draft or slot is None or keep >= len(slot.tokens):
+            return
+        if snapshot is None:
+            if not self.context.seq_rm(slot.seq, keep, -1):
+                raise RuntimeError(f"llama.cpp could not cut sequence {slot.seq} at {keep}")
+            del slot.tokens[keep:]
+            return
+        # recurrent: back to the state before the step, then the kept tokens again
+        again = slot.tokens[d.base:keep]
+        self.context.set_seq_state_bytes(slot.seq, snapshot)
+        del slot.tokens[d.base:]
+        self.context.decode(self.batch.fill(again, d.base, slot.seq).c)
+        self.counters.evaluated += len(again)
+        self._decoded([(slot, again, d.base, 0, False)])
 
     def _finish(self, finished: list[Choice]) -> None:
         for c in finished:
@@ -511,6 +583,8 @@ class Engine:
                 continue
             for event in closing_events(c):
                 self._emit(c, event)
+            if c.drafting is not None:
+                self.speculation.finished(c)
             self._generating.remove(c)
             self._release(c)
             if c.group.request.streamed:
@@ -519,14 +593,14 @@ class Engine:
             if c.group.request.live == 0:
                 self._end_request(c.group.request, None)
 
-    def _greedy_run(self, c: Choice) -> None:
+    def _greedy_run(self, c: Choice, limit: int) -> int:
         """One sequence alone, greedy: up to RUN tokens decoded and picked in one C call (Python
         between two decodes runs with cold caches: measured 0.2-0.3 ms a token on this machine),
         then taken one by one as the step would; tokens decoded past the choice's end are cut."""
         request, slot, ctx = c.group.request, c.slot, self.context
         started = time.perf_counter()
         self.adapters.apply(ctx, request.settings.adapters)
-        n = min(RUN, c.budget - c.produced)
+        n = min(limit, c.budget - c.produced)
         if request.streamed:
             n = max(1, min(n, AHEAD - len(request.channel)))
         ids, biases, n_bias = c.chain.greedy_bias
@@ -545,7 +619,7 @@ class Engine:
             except BaseException as error:
                 self._decode_failed(error, [slot])
                 if got == 0 or c.group is None:  # nothing to take, or its request ended (Ctrl-C)
-                    return
+                    return got
         vocab, settings = ctx.model.vocab_ptr, request.settings
         for i in range(got):
             event = accept(c, self._run_out[i], vocab, self.piece, settings)
@@ -559,6 +633,7 @@ class Engine:
         self.stats.generation_steps += got
         self.stats.generated_tokens += got
         self.stats.generation_s += time.perf_counter() - started
+        return got
 
     def _emit(self, c: Choice, event) -> None:
         if c.group.request.streamed:

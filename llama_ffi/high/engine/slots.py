@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
+
 from llama_ffi import lib
 from llama_ffi.high.multimodal.prompt import MediaPrompt, cached_prefix
 
@@ -30,6 +32,18 @@ class Slot:
     owner: object | None = None         # the choice generating in it, None when idle
     last_used: int = 0
     prompt_cells: int = 0  # leading positions its last request's prompt filled (decoded as a prompt)
+    scores: np.ndarray | None = None  # logits_all: row p holds the logits decoded at position p
+
+    def keep_scores(self, start: int, rows: list[np.ndarray]) -> None:
+        """Keep the logits of positions ``start``... (a Llama with ``logits_all``)."""
+        end = start + len(rows)
+        if self.scores is None or len(self.scores) < end:
+            old = self.scores
+            self.scores = np.zeros((max(end, 2 * (0 if old is None else len(old))), len(rows[0])), dtype=np.single)
+            if old is not None:
+                self.scores[:len(old)] = old
+        for k, row in enumerate(rows):
+            self.scores[start + k] = row
 
     def common_prefix(self, prompt, selection_key: tuple) -> int:
         """Leading positions of ``prompt`` this slot's cache can serve (see ``served_prefix``)."""

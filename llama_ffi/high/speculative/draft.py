@@ -1,7 +1,8 @@
 """The DRAFT drafter: a separate small draft GGUF with the target's vocabulary.
 
-The draft model keeps its own context whose KV cache mirrors the verified history: each call
-keeps the common prefix, drops the rejected tail, evaluates what is new, then drafts greedily.
+The draft model keeps its own context, with one sequence per slot of the target's: each
+sequence's KV cache mirrors that slot's verified history. Each call keeps the common prefix,
+drops the rejected tail, evaluates what is new, then drafts greedily.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi.high.batch import Batch
-from llama_ffi.high.context import Context, ContextParams
+from llama_ffi.high.context import Context, ContextParams, DecodeError
 from llama_ffi.high.model import Model, ModelParams
 
 
@@ -43,8 +44,26 @@ def top_token(context: Context, n_vocab: int, p_min: float) -> tuple[int, float]
     return token, 1.0 / float(np.exp(logits.astype(np.float64) - float(logits[token])).sum())
 
 
+class SequenceDrafter:
+    """A shared drafter's view for one target sequence: ``draft(history, n_max)`` drafts in that
+    sequence (a draft model's, an MTP block's), ``accept`` has nothing to do (the next draft call
+    cuts the rejected tail)."""
+
+    def __init__(self, source, seq: int) -> None:
+        self.source, self.seq = source, seq
+
+    def draft(self, history: list[int], n_max: int) -> list[int]:
+        return self.source.draft(self.seq, history, n_max)
+
+    def accept(self, n_accepted: int) -> None:
+        pass
+
+
 class ModelDrafter:
-    """Greedy drafts from a context over ``model`` (owned when ``own_model``)."""
+    """Greedy drafts from a context over ``model`` (owned when ``own_model``), one sequence per
+    target slot (``for_sequence``)."""
+
+    observe = None  # it follows the history by tokens, not the target's decodes
 
     def __init__(self, model: Model, params: ContextParams, p_min: float, own_model: bool) -> None:
         self.model = model
@@ -57,33 +76,38 @@ class ModelDrafter:
                 model.close()
             raise
         self.batch = Batch(self.context.n_batch)
-        self.tokens: list[int] = []  # what the draft KV cache holds
-        self._one = ffi.new("llama_token[1]")
-        self._one_batch = lib.llama_batch_get_one(self._one, 1)
+        self.tokens: dict[int, list[int]] = {}  # per sequence: what its draft KV cache holds
         self._n_vocab = model.n_vocab
 
-    def begin(self, prompt: list[int]) -> None:
-        pass  # the KV cache syncs itself on every draft
+    def for_sequence(self, seq: int) -> SequenceDrafter:
+        return SequenceDrafter(self, seq)
 
-    def _sync(self, history: list[int]) -> None:
-        """Make the draft cache hold ``history`` with the last token's logits ready."""
-        keep = self.context.keep_prefix(self.tokens, history)
+    def _sync(self, seq: int, history: list[int]) -> None:
+        """Make sequence ``seq`` hold ``history`` with the last token's logits ready."""
+        tokens = self.tokens.setdefault(seq, [])
+        keep = self.context.keep_prefix(tokens, history, seq)
         new = history[keep:]
         step = self.batch.capacity
         for i in range(0, len(new), step):
             part = new[i:i + step]
-            self.context.decode(self.batch.fill(part, keep + i).c)
-            self.tokens.extend(part)
+            self.context.decode(self.batch.fill(part, keep + i, seq).c)
+            tokens.extend(part)
 
     def _top(self) -> tuple[int, float]:
         return top_token(self.context, self._n_vocab, self.p_min)
 
-    def draft(self, history: list[int], n_max: int) -> list[int]:
+    def draft(self, seq: int, history: list[int], n_max: int) -> list[int]:
         room = self.context.n_ctx - len(history)
         n_max = min(n_max, room)
         if n_max <= 0:
             return []
-        self._sync(history)
+        try:
+            self._sync(seq, history)
+        except DecodeError:  # the draft cells are full (every slot's history): no draft this time
+            self.context.seq_rm(seq, -1, -1)
+            self.tokens[seq] = []
+            return []
+        tokens = self.tokens[seq]
         vocab = self.model.vocab_ptr
         out: list[int] = []
         while True:
@@ -93,13 +117,12 @@ class ModelDrafter:
             out.append(token)
             if len(out) >= n_max or lib.llama_vocab_is_eog(vocab, token):
                 break
-            self._one[0] = token
-            self.context.decode(self._one_batch)
-            self.tokens.append(token)
+            try:
+                self.context.decode(self.batch.fill([token], len(tokens), seq).c)
+            except DecodeError:
+                break
+            tokens.append(token)
         return out
-
-    def accept(self, n_accepted: int) -> None:
-        pass  # the next draft call cuts the rejected tail from the cache
 
     def close(self) -> None:
         self.batch.close()

@@ -1,12 +1,13 @@
 """The DRAFT_MTP drafter: the target model's own NextN / multi-token-prediction block.
 
 An MTP block predicts token p+2 from the target's hidden state at p and the embedding of token
-p+1. It runs in a second context over the same model (llama.cpp's MTP context type), whose KV
-cache must hold, at every position p, the pair (token p, target hidden state at p-1). So the
-drafter watches every target decode (``observe``: the engine calls it after each one), keeps the
-target's hidden state per position, and feeds the pairs to its cache. A draft then chains the
-block on its own output: (last token, h[L-1]) at L, (draft 1, the block's h) at L+1, ...; the
-drafted entries are cut again, since the target's verification feeds the real ones.
+p+1. It runs in a second context over the same model (llama.cpp's MTP context type), one sequence
+per slot of the target's, whose KV cache must hold, at every position p, the pair (token p, target
+hidden state at p-1). The engine hands the drafter the target's hidden states after every decode
+(``observe``); a draft first feeds the pairs its sequence lacks, then chains the block on its own
+output: (last token, h[L-1]) at L, (draft 1, the block's h) at L+1, ...; the drafted entries are
+cut again, since the target's verification brings the real ones. Where a position's hidden state
+was never seen (a copied or restored cache) zeros stand in: valid positions, poorer drafts.
 """
 
 from __future__ import annotations
@@ -18,11 +19,29 @@ import numpy as np
 from llama_ffi import ffi, lib
 from llama_ffi.high.context import Context, ContextParams, DecodeError, raise_for_decode_status
 from llama_ffi.high.model import Model, ModelParams
-from llama_ffi.high.speculative.draft import top_token, vocab_mismatch
+from llama_ffi.high.speculative.draft import SequenceDrafter, top_token, vocab_mismatch
 
 
 def nextn_layers(model: Model) -> int:
     return lib.llama_model_n_layer_nextn(model.ptr)
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclasses.dataclass
+class _Sequence:
+    """One target sequence as the MTP block sees it."""
+
+    hidden: np.ndarray          # row p+1: the target's hidden state at p (row 0: zeros)
+    seen: list[int] = dataclasses.field(default_factory=list)  # tokens whose hidden states the rows hold
+    fed: list[int] = dataclasses.field(default_factory=list)   # tokens whose pairs the MTP cache holds
 
 
 class MtpDrafter:
@@ -49,78 +68,77 @@ class MtpDrafter:
         # the tokens it outputs (the drafted ones).
         lib.llama_ffi_set_embeddings_nextn(target_context.ptr, True, False)
         lib.llama_ffi_set_embeddings_nextn(self.context.ptr, True, True)
-        # Row p+1: the target's hidden state at p (row 0: zeros, before the first token). Grown
-        # on demand: a long context times a wide model would be a large array up front.
-        self.hidden = np.zeros((64, self.n_embd), dtype=np.float32)
-        self.n_fed = 0  # MTP cache positions [0, n_fed) hold the pairs of the target's tokens
+        self.sequences: dict[int, _Sequence] = {}
         self.n_vocab = mtp_model.n_vocab
         self._pos = ffi.new("llama_pos[1]")
         self._embd = ffi.new("struct llama_embd *")  # passed by value: one struct serves every add
         self._embd.n_rows, self._embd.n_embd = 1, self.n_embd
         self._keep: list[np.ndarray] = []  # hidden rows the batch points to until processed
+        self._zeros = np.zeros(self.n_embd, dtype=np.float32)
+
+    def for_sequence(self, seq: int) -> SequenceDrafter:
+        return SequenceDrafter(self, seq)
+
+    def _sequence(self, seq: int) -> _Sequence:
+        found = self.sequences.get(seq)
+        if found is None:
+            # Grown on demand: a long context times a wide model would be a large array up front.
+            found = self.sequences[seq] = _Sequence(np.zeros((64, self.n_embd), dtype=np.float32))
+        return found
 
     # ---- the target's decodes ----------------------------------------------------------------
-    def observe(self, tokens: list[int], start: int) -> None:
-        """The target just decoded ``tokens`` at positions ``start``...: keep its hidden states and
-        feed (token p, h[p-1]) for each of them to the MTP cache."""
-        n = len(tokens)
+    def observe(self, segments: list[tuple[int, list[int], int, int]]) -> None:
+        """The target just decoded a batch: ``segments`` are (sequence, tokens, first position,
+        first batch row) of each sequence's run in it. Keep the hidden states."""
+        if not segments:
+            return
+        n_rows = max(row + len(tokens) for _, tokens, _, row in segments)
         ptr = lib.llama_ffi_get_embeddings_nextn(self.target.ptr)
         if ptr == ffi.NULL:
             raise DecodeError("the target context gave no NextN hidden states")
-        rows = np.frombuffer(ffi.buffer(ptr, 4 * n * self.n_embd), dtype=np.float32)
-        if start + n + 1 > len(self.hidden):
-            grown = np.zeros((max(2 * len(self.hidden), start + n + 1), self.n_embd), dtype=np.float32)
-            grown[:len(self.hidden)] = self.hidden
-            self.hidden = grown
-        self.hidden[start + 1:start + 1 + n] = rows.reshape(n, self.n_embd)
-        self._cut(start)
-        self._clear()
-        for k, token in enumerate(tokens):
-            self._add(token, start + k, self.hidden[start + k], output=False)
-        self._process()
-        self.n_fed = start + n
+        rows = np.frombuffer(ffi.buffer(ptr, 4 * n_rows * self.n_embd), dtype=np.float32).reshape(n_rows, -1)
+        for seq, tokens, start, row in segments:
+            s, n = self._sequence(seq), len(tokens)
+            if start + n + 1 > len(s.hidden):
+                grown = np.zeros((max(2 * len(s.hidden), start + n + 1), self.n_embd), dtype=np.float32)
+                grown[:len(s.hidden)] = s.hidden
+                s.hidden = grown
+            s.hidden[start + 1:start + 1 + n] = rows[row:row + n]
+            del s.seen[start:]
+            s.seen.extend(tokens)
 
-    # ---- the target's cache replaced (load_state, a parked stream resumed) ----------------------
-    def snapshot(self) -> np.ndarray:
-        """The hidden states of the positions fed so far (what resync needs to be exact)."""
-        return self.hidden[:self.n_fed + 1].copy()
+    def _row(self, s: _Sequence, pos: int, valid: int) -> np.ndarray:
+        return s.hidden[pos] if pos <= valid and pos < len(s.hidden) else self._zeros
 
-    def resync(self, tokens: list[int], hidden: np.ndarray | None = None) -> None:
-        """The target's cache now holds ``tokens``: feed the MTP cache their pairs again, from
-        ``hidden`` (a snapshot) where given, else from zeros (valid positions, poorer drafts)."""
-        n = len(tokens)
-        self.hidden = np.zeros((max(64, n + 1), self.n_embd), dtype=np.float32)
-        if hidden is not None:
-            rows = min(len(hidden), n + 1)
-            self.hidden[:rows] = hidden[:rows]
-        self.context.clear()
-        self.n_fed = 0
+    def _feed(self, seq: int, s: _Sequence, tokens: list[int]) -> None:
+        """The MTP cache of ``seq`` holds the pairs of ``tokens`` (positions 0..)."""
+        keep = _common(s.fed, tokens)
+        self._cut(seq, s, keep)
+        valid = _common(s.seen, tokens)
         step = self.context.n_batch
-        for start in range(0, n, step):
+        for start in range(keep, len(tokens), step):
             self._clear()
-            for pos in range(start, min(n, start + step)):
-                self._add(tokens[pos], pos, self.hidden[pos], output=False)
+            for pos in range(start, min(len(tokens), start + step)):
+                self._add(seq, tokens[pos], pos, self._row(s, pos, valid), output=False)
             self._process()
-        self.n_fed = n
+        s.fed = list(tokens)
 
     # ---- drafting ----------------------------------------------------------------------------
-    def begin(self, prompt: list[int]) -> None:
-        pass  # the prompt's decode went through observe
-
-    def draft(self, history: list[int], n_max: int) -> list[int]:
+    def draft(self, seq: int, history: list[int], n_max: int) -> list[int]:
         last = len(history) - 1  # position of the newest token: not decoded by the target yet
         n_max = min(n_max, self.context.n_ctx - len(history))
         if n_max <= 0:
             return []
-        self._cut(last)
-        token = history[-1]
-        h = self.hidden[last] if last < len(self.hidden) else np.zeros(self.n_embd, dtype=np.float32)
-        vocab = self.model.vocab_ptr
+        s = self._sequence(seq)
         out: list[int] = []
         try:
+            self._feed(seq, s, history[:last])
+            token = history[-1]
+            h = self._row(s, last, _common(s.seen, history))
+            vocab = self.model.vocab_ptr
             for pos in range(last, last + n_max):
                 self._clear()
-                self._add(token, pos, h, output=True)
+                self._add(seq, token, pos, h, output=True)
                 self._process()
                 token, p = top_token(self.context, self.n_vocab, self.p_min)
                 if p < self.p_min:
@@ -130,20 +148,20 @@ class MtpDrafter:
                     break
                 row = lib.llama_ffi_get_embeddings_nextn_ith(self.context.ptr, -1)
                 h = np.frombuffer(ffi.buffer(row, 4 * self.n_embd), dtype=np.float32).copy()
+        except DecodeError:  # the MTP cells are full: no draft this time, start this sequence over
+            self._cut(seq, s, 0)
+            return []
         finally:
-            self._cut(last)  # the drafted entries; verification feeds the real ones
+            self._cut(seq, s, last)  # the drafted entries; verification brings the real ones
         return out
-
-    def accept(self, n_accepted: int) -> None:
-        pass  # the verification batch went through observe; draft() cuts what was rejected
 
     # ---- the MTP batch and cache --------------------------------------------------------------
     def _clear(self) -> None:
         lib.llama_batch_ext_clear(self._batch)
         self._keep = []
 
-    def _add(self, token: int, pos: int, h: np.ndarray, output: bool) -> None:
-        idx = lib.llama_batch_ext_add_token(self._batch, 0, token)
+    def _add(self, seq: int, token: int, pos: int, h: np.ndarray, output: bool) -> None:
+        idx = lib.llama_batch_ext_add_token(self._batch, seq, token)
         if idx < 0:
             raise DecodeError(f"MTP batch full (llama_batch_ext_add_token returned {idx})")
         self._pos[0] = pos
@@ -163,9 +181,9 @@ class MtpDrafter:
         if rc != 0:
             raise_for_decode_status(rc)
 
-    def _cut(self, pos: int) -> None:
-        self.context.seq_rm(0, pos, -1)
-        self.n_fed = min(self.n_fed, pos)
+    def _cut(self, seq: int, s: _Sequence, pos: int) -> None:
+        self.context.seq_rm(seq, pos, -1)
+        del s.fed[pos:]
 
     def close(self) -> None:
         if self._batch != ffi.NULL:
