@@ -54,7 +54,9 @@ static const int LLAMA_FFI_BACKEND_DL;
 int llama_ffi_libllama_path(char *, size_t);
 int llama_ffi_libllama_build_id(unsigned char *, size_t);
 int llama_ffi_library_of(void *, char *, size_t);
-int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, llama_pos, llama_seq_id, int32_t, llama_token *, int32_t *, int32_t, const int32_t *, const float *, int32_t);
+int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, llama_pos,
+                             llama_seq_id, int32_t, llama_token *, int32_t *, int32_t, const int32_t *,
+                             const float *, int32_t);
 """
 
 # llama.cpp's staging API (src/llama-ext.h) is C++ outside extern "C"; MTP drafting needs three
@@ -63,13 +65,20 @@ int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *,
 # than a call. name -> (return type, parameters, mangled symbol).
 STAGING_FUNCTIONS = {
     "llama_ffi_set_embeddings_nextn": (
-        "void", "struct llama_context * ctx, bool value, bool masked",
-        "_Z26llama_set_embeddings_nextnP13llama_contextbb"),
+        "void",
+        "struct llama_context * ctx, bool value, bool masked",
+        "_Z26llama_set_embeddings_nextnP13llama_contextbb",
+    ),
     "llama_ffi_get_embeddings_nextn": (
-        "float *", "struct llama_context * ctx", "_Z26llama_get_embeddings_nextnP13llama_context"),
+        "float *",
+        "struct llama_context * ctx",
+        "_Z26llama_get_embeddings_nextnP13llama_context",
+    ),
     "llama_ffi_get_embeddings_nextn_ith": (
-        "float *", "struct llama_context * ctx, int32_t i",
-        "_Z30llama_get_embeddings_nextn_ithP13llama_contexti"),
+        "float *",
+        "struct llama_context * ctx, int32_t i",
+        "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+    ),
 }
 
 
@@ -78,16 +87,20 @@ def staging_cdef() -> str:
 
 
 def staging_c() -> str:
-    return "".join(f'{ret} {name}({params}) __asm__("{symbol}");\n'
-                   for name, (ret, params, symbol) in STAGING_FUNCTIONS.items())
+    return "".join(
+        f'{ret} {name}({params}) __asm__("{symbol}");\n' for name, (ret, params, symbol) in STAGING_FUNCTIONS.items()
+    )
 
 
 def check_staging_symbols(exported: set[str]) -> None:
-    missing = [f"{name} ({symbol})" for name, (_, _, symbol) in STAGING_FUNCTIONS.items()
-               if symbol not in exported]
+    missing = [f"{name} ({symbol})" for name, (_, _, symbol) in STAGING_FUNCTIONS.items() if symbol not in exported]
     if missing:
-        raise GenerationError("libllama no longer exports the staging functions "
-                              + ", ".join(missing) + ": update STAGING_FUNCTIONS in build_ffi.py")
+        raise GenerationError(
+            "libllama no longer exports the staging functions "
+            + ", ".join(missing)
+            + ": update STAGING_FUNCTIONS in build_ffi.py"
+        )
+
 
 GLUE_C = r"""
 /* dladdr: declared with _GNU_SOURCE, which Python.h (included first by cffi) defines */
@@ -323,11 +336,13 @@ def make_builder(bindings: Bindings, tree: Tree, lib_dir: Path, exported: set[st
     cdef = cdef_for_module(bindings, exported)
     digest = hashlib.sha256(cdef.encode()).hexdigest()
     includes = "".join(f'#include "{h.name}"\n' for h in BOUND_HEADERS)
-    build_info = (f'static const char *const LLAMA_FFI_BUILD_COMMIT = "{tree.commit}";\n'
-                  f"static const int LLAMA_FFI_BUILD_NUMBER = {tree.build_number};\n"
-                  f'static const char *const LLAMA_FFI_CDEF_SHA256 = "{digest}";\n'
-                  f'static const char *const LLAMA_FFI_LIBRARY_ID = "{library_fingerprint(lib_dir)}";\n'
-                  f"static const int LLAMA_FFI_BACKEND_DL = {int(has_backend_modules(lib_dir))};\n")
+    build_info = (
+        f'static const char *const LLAMA_FFI_BUILD_COMMIT = "{tree.commit}";\n'
+        f"static const int LLAMA_FFI_BUILD_NUMBER = {tree.build_number};\n"
+        f'static const char *const LLAMA_FFI_CDEF_SHA256 = "{digest}";\n'
+        f'static const char *const LLAMA_FFI_LIBRARY_ID = "{library_fingerprint(lib_dir)}";\n'
+        f"static const int LLAMA_FFI_BACKEND_DL = {int(has_backend_modules(lib_dir))};\n"
+    )
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     ffi.set_source(
@@ -403,8 +418,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         stale = stale_headers(bindings)
         if stale:
-            print("headers/ is stale for this tree: " + ", ".join(stale)
-                  + "\nregenerate with: python build_ffi.py --write", file=sys.stderr)
+            print(
+                "headers/ is stale for this tree: "
+                + ", ".join(stale)
+                + "\nregenerate with: python build_ffi.py --write",
+                file=sys.stderr,
+            )
             return 1
         print(f"headers/ matches llama.cpp {tree.label[:12]}")
         return 0

@@ -22,7 +22,8 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "(or `python setup.py build_ext --inplace` in a source checkout)"
     ) from exc
 
-from llama_ffi import _logging, backends as _backends
+from llama_ffi import _logging
+from llama_ffi import backends as _backends
 from llama_ffi._guard import check_libraries as _check_libraries
 
 __version__ = "0.1.0"

@@ -42,7 +42,7 @@ def module_path(name: str, folder: Path = LIB_DIR) -> Path:
 
 def modules(folder: Path = LIB_DIR) -> list[str]:
     """The variants a portable build's ``folder`` has a CPU module for."""
-    return sorted(p.name[len(MODULE_PREFIX):-len(".so")] for p in folder.glob(f"{MODULE_PREFIX}*.so"))
+    return sorted(p.name[len(MODULE_PREFIX) : -len(".so")] for p in folder.glob(f"{MODULE_PREFIX}*.so"))
 
 
 def linked_path(name: str) -> Path:
@@ -63,9 +63,11 @@ def preload() -> None:
         return
     path = linked_path(name)
     if not path.is_file():
-        raise ImportError(f"{ENV}={name!r}: no such CPU variant in this build (available: "
-                          f"{', '.join(available()) or 'none'}); build it with "
-                          f"`python -m tools.native_build --cpu-variant {name}`")
+        raise ImportError(
+            f"{ENV}={name!r}: no such CPU variant in this build (available: "
+            f"{', '.join(available()) or 'none'}); build it with "
+            f"`python -m tools.native_build --cpu-variant {name}`"
+        )
     unsupported = missing_features(path)
     if unsupported:
         raise ImportError(f"{ENV}={name!r}: this CPU lacks {', '.join(unsupported)}, which that variant needs")

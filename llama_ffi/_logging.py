@@ -93,8 +93,9 @@ def install() -> None:
 
 def enable_verbose_logging() -> None:
     """``Llama(verbose=True)``: llama.cpp's INFO messages on stderr (a handler added once)."""
-    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.NullHandler)
-               for h in logger.handlers):
+    if not any(
+        isinstance(h, logging.StreamHandler) and not isinstance(h, logging.NullHandler) for h in logger.handlers
+    ):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)

@@ -36,8 +36,10 @@ def load_modules(folder: Path = LIB_DIR) -> None:
         lib.ggml_backend_load_all_from_path(os.fsencode(folder))
     if lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU) == ffi.NULL:
         found = sorted(p.name for p in folder.glob(CPU_MODULE_PREFIX + "*.so"))
-        raise ImportError(f"no CPU backend module in {folder} runs on this CPU (found: {', '.join(found) or 'none'}); "
-                          "reinstall llama-ffi, or build it for this machine from its source (`pip install .`)")
+        raise ImportError(
+            f"no CPU backend module in {folder} runs on this CPU (found: {', '.join(found) or 'none'}); "
+            "reinstall llama-ffi, or build it for this machine from its source (`pip install .`)"
+        )
 
 
 def load_with_cpu_variant(folder: Path, variant: str) -> None:
@@ -45,13 +47,20 @@ def load_with_cpu_variant(folder: Path, variant: str) -> None:
     (``LLAMA_FFI_CPU_VARIANT``), which ggml refuses when this CPU cannot run it."""
     chosen = _cpu_variant.module_path(variant, folder)
     if not chosen.is_file():
-        raise ImportError(f"{_cpu_variant.ENV}={variant!r}: no such CPU module in {folder} "
-                          f"(available: {', '.join(_cpu_variant.modules(folder)) or 'none'})")
+        raise ImportError(
+            f"{_cpu_variant.ENV}={variant!r}: no such CPU module in {folder} "
+            f"(available: {', '.join(_cpu_variant.modules(folder)) or 'none'})"
+        )
     if lib.ggml_backend_load(os.fsencode(chosen)) == ffi.NULL:
-        raise ImportError(f"{_cpu_variant.ENV}={variant!r}: ggml did not load {chosen.name} "
-                          "(this CPU cannot run it; see the llama_ffi logger)")
-    others = [p for p in folder.glob("libggml-*.so")
-              if not p.name.startswith(CPU_MODULE_PREFIX) and p.name != "libggml-base.so"]
+        raise ImportError(
+            f"{_cpu_variant.ENV}={variant!r}: ggml did not load {chosen.name} "
+            "(this CPU cannot run it; see the llama_ffi logger)"
+        )
+    others = [
+        p
+        for p in folder.glob("libggml-*.so")
+        if not p.name.startswith(CPU_MODULE_PREFIX) and p.name != "libggml-base.so"
+    ]
     extra = os.environ.get("GGML_BACKEND_PATH")
     for path in sorted(others) + ([Path(extra)] if extra else []):
         lib.ggml_backend_load(os.fsencode(path))
@@ -84,8 +93,10 @@ def library_of(address) -> str:
 
 
 def backend_names() -> list[str]:
-    return [ffi.string(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i))).decode()
-            for i in range(lib.ggml_backend_reg_count())]
+    return [
+        ffi.string(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i))).decode()
+        for i in range(lib.ggml_backend_reg_count())
+    ]
 
 
 def cpu_library() -> str:
@@ -105,12 +116,16 @@ def cpu_variant(library: str) -> str:
     if path.parent.parent.name == _cpu_variant.LINKED_VARIANTS.name:  # LLAMA_FFI_CPU_VARIANT, linked build
         return path.parent.name
     if name.startswith(CPU_MODULE_PREFIX):
-        return name[len(CPU_MODULE_PREFIX):].split(".so")[0]
+        return name[len(CPU_MODULE_PREFIX) :].split(".so")[0]
     return "native" if name else ""
 
 
-_DEVICE_TYPES = {lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", lib.GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
-                 lib.GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu", lib.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel"}
+_DEVICE_TYPES = {
+    lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu",
+    lib.GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
+    lib.GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu",
+    lib.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel",
+}
 
 
 def devices() -> list[dict[str, object]]:
@@ -120,12 +135,14 @@ def devices() -> list[dict[str, object]]:
         dev = lib.ggml_backend_dev_get(i)
         free, total = ffi.new("size_t *"), ffi.new("size_t *")
         lib.ggml_backend_dev_memory(dev, free, total)
-        out.append({
-            "name": ffi.string(lib.ggml_backend_dev_name(dev)).decode(),
-            "description": ffi.string(lib.ggml_backend_dev_description(dev)).decode(),
-            "type": _DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
-            "backend": ffi.string(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))).decode(),
-            "memory_free": free[0],
-            "memory_total": total[0],
-        })
+        out.append(
+            {
+                "name": ffi.string(lib.ggml_backend_dev_name(dev)).decode(),
+                "description": ffi.string(lib.ggml_backend_dev_description(dev)).decode(),
+                "type": _DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
+                "backend": ffi.string(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))).decode(),
+                "memory_free": free[0],
+                "memory_total": total[0],
+            }
+        )
     return out

@@ -33,10 +33,19 @@ def _sampling_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _sampling_kwargs(args: argparse.Namespace) -> dict:
-    return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                typical_p=args.typical_p, repeat_penalty=args.repeat_penalty,
-                penalty_last_n=args.repeat_last_n, frequency_penalty=args.frequency_penalty,
-                presence_penalty=args.presence_penalty, mirostat_mode=args.mirostat, seed=args.seed)
+    return dict(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        typical_p=args.typical_p,
+        repeat_penalty=args.repeat_penalty,
+        penalty_last_n=args.repeat_last_n,
+        frequency_penalty=args.frequency_penalty,
+        presence_penalty=args.presence_penalty,
+        mirostat_mode=args.mirostat,
+        seed=args.seed,
+    )
 
 
 def _model_path(args: argparse.Namespace) -> str:
@@ -52,8 +61,7 @@ def _model_path(args: argparse.Namespace) -> str:
         raise ValueError("--hf-file needs -hf OWNER/NAME")
     from llama_ffi import registry
 
-    print(f"using the default model {registry.DEFAULT_MODEL.filename} (fetched once, cached)",
-          file=sys.stderr)
+    print(f"using the default model {registry.DEFAULT_MODEL.filename} (fetched once, cached)", file=sys.stderr)
     return str(registry.fetch(registry.DEFAULT_MODEL))
 
 
@@ -72,9 +80,18 @@ def _speculative(args: argparse.Namespace):
 def _open(args: argparse.Namespace, **options):
     from llama_ffi.high import Llama
 
-    return Llama(_model_path(args), n_ctx=args.ctx_size, n_threads=args.threads,
-                 n_threads_batch=args.threads, speculative=_speculative(args), verbose=args.verbose,
-                 rpc_servers=args.rpc, n_gpu_layers=args.n_gpu_layers, mmproj_path=args.mmproj, **options)
+    return Llama(
+        _model_path(args),
+        n_ctx=args.ctx_size,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        speculative=_speculative(args),
+        verbose=args.verbose,
+        rpc_servers=args.rpc,
+        n_gpu_layers=args.n_gpu_layers,
+        mmproj_path=args.mmproj,
+        **options,
+    )
 
 
 def _file_scale(value: str) -> tuple[str, float]:
@@ -113,14 +130,17 @@ def _media_parts(images, audios) -> list[dict]:
     parts = [{"type": "image_url", "image_url": {"url": str(Path(f).resolve())}} for f in images or []]
     for f in audios or []:
         data = base64.b64encode(Path(f).read_bytes()).decode()
-        parts.append({"type": "input_audio", "input_audio": {"data": data, "format": Path(f).suffix.lstrip(".").lower()}})
+        parts.append(
+            {"type": "input_audio", "input_audio": {"data": data, "format": Path(f).suffix.lstrip(".").lower()}}
+        )
     return parts
 
 
 def _stream_chat(llm, messages, args, adapters: dict) -> str:
     reply = []
-    for chunk in llm.create_chat_completion(messages, stream=True, max_tokens=args.n_predict,
-                                            **adapters, **_sampling_kwargs(args)):
+    for chunk in llm.create_chat_completion(
+        messages, stream=True, max_tokens=args.n_predict, **adapters, **_sampling_kwargs(args)
+    ):
         text = chunk["choices"][0]["delta"].get("content", "")
         reply.append(text)
         sys.stdout.write(text)
@@ -135,13 +155,22 @@ def cmd_complete(args: argparse.Namespace) -> int:
         if not args.mmproj:
             raise ValueError("--image / --audio need --mmproj (the model's multimodal projector)")
         with _open(args) as llm:
-            _stream_chat(llm, [{"role": "user", "content": [*media, {"type": "text", "text": args.prompt}]}],
-                         args, _adapters(args, llm))
+            _stream_chat(
+                llm,
+                [{"role": "user", "content": [*media, {"type": "text", "text": args.prompt}]}],
+                args,
+                _adapters(args, llm),
+            )
         return 0
     with _open(args) as llm:
-        for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, stream=True,
-                                           stop=args.stop or None, **_adapters(args, llm),
-                                           **_sampling_kwargs(args)):
+        for chunk in llm.create_completion(
+            args.prompt,
+            max_tokens=args.n_predict,
+            stream=True,
+            stop=args.stop or None,
+            **_adapters(args, llm),
+            **_sampling_kwargs(args),
+        ):
             sys.stdout.write(chunk["choices"][0]["text"])
             sys.stdout.flush()
         sys.stdout.write("\n")
@@ -169,7 +198,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if line.startswith("/image "):  # as llama-mtmd-cli: the image goes with the next message
                 if not args.mmproj:
                     raise ValueError("/image needs --mmproj (the model's multimodal projector)")
-                pending += _media_parts([line[len("/image "):].strip()], [])
+                pending += _media_parts([line[len("/image ") :].strip()], [])
                 continue
             content = [*pending, {"type": "text", "text": line}] if pending else line
             pending = []
@@ -217,14 +246,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-m", "--model", help="GGUF model path (default: SmolLM2-135M-Instruct)")
-    common.add_argument("-hf", "-hfr", "--hf-repo", metavar="OWNER/NAME[:QUANT]",
-                        help="a model from the Hugging Face Hub (cached; QUANT default Q4_K_M)")
+    common.add_argument(
+        "-hf",
+        "-hfr",
+        "--hf-repo",
+        metavar="OWNER/NAME[:QUANT]",
+        help="a model from the Hugging Face Hub (cached; QUANT default Q4_K_M)",
+    )
     common.add_argument("-hff", "--hf-file", metavar="FILE", help="the file of -hf's repository (a glob)")
     common.add_argument("-c", "--ctx-size", type=int, default=2048)
     common.add_argument("-t", "--threads", type=int, default=None)
     common.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's logs")
-    common.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
-                        help="layers to offload to GPUs / RPC workers (default: llama.cpp's)")
+    common.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        type=int,
+        default=None,
+        help="layers to offload to GPUs / RPC workers (default: llama.cpp's)",
+    )
     common.add_argument("--mmproj", metavar="FILE", help="multimodal projector GGUF (images/audio)")
     common.add_argument("--rpc", metavar="SERVERS", help="comma-separated host:port of llama-ffi rpc-server workers")
     adapter = common.add_argument_group("adapters (llama.cpp's flags; repeatable)")
@@ -256,13 +295,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_arguments(serve)
     serve.set_defaults(func=cmd_serve, ctx_size=4096)
     server = sub.add_parser("rpc-server", help="serve this machine's devices to RPC clients (--rpc)")
-    server.add_argument("-H", "--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1; the protocol has no authentication)")
+    server.add_argument(
+        "-H",
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; the protocol has no authentication)",
+    )
     server.add_argument("-p", "--port", type=int, default=50052)
     server.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: half the cores)")
     server.add_argument("-d", "--device", help="comma-separated devices to serve (default: accelerators, else CPU)")
-    server.add_argument("-c", "--cache", nargs="?", const="", default=None, metavar="DIR",
-                        help="cache tensors sent by clients on disk (default DIR: llama.cpp's rpc cache)")
+    server.add_argument(
+        "-c",
+        "--cache",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="cache tensors sent by clients on disk (default DIR: llama.cpp's rpc cache)",
+    )
     server.set_defaults(func=cmd_rpc_server)
     return ap
 

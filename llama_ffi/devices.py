@@ -6,8 +6,10 @@ from llama_ffi import ffi, lib
 
 
 def device_names() -> list[str]:
-    return [ffi.string(lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i))).decode()
-            for i in range(lib.ggml_backend_dev_count())]
+    return [
+        ffi.string(lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i))).decode()
+        for i in range(lib.ggml_backend_dev_count())
+    ]
 
 
 def device_by_name(name: str):

@@ -16,5 +16,6 @@ class LlamaPromptLookupDecoding:
         self.num_pred_tokens = num_pred_tokens
 
     def spec_config(self) -> SpecConfig:
-        return SpecConfig(type=SpeculativeType.NGRAM_MAP_K, ngram_size_n=self.max_ngram_size,
-                          ngram_size_m=self.num_pred_tokens)
+        return SpecConfig(
+            type=SpeculativeType.NGRAM_MAP_K, ngram_size_n=self.max_ngram_size, ngram_size_m=self.num_pred_tokens
+        )

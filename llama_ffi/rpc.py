@@ -62,18 +62,27 @@ class Cmd(enum.IntEnum):
     DEVICE_COUNT = 15
     GRAPH_RECOMPUTE = 16
     MEMSET_TENSOR = 17
-    SET_TENSOR_2D = 18      # v8: strided copies in one message
+    SET_TENSOR_2D = 18  # v8: strided copies in one message
     GET_TENSOR_2D = 19
-    COMM_INIT = 20          # v8: a communicator between two workers (tensor-parallel all-reduce)
+    COMM_INIT = 20  # v8: a communicator between two workers (tensor-parallel all-reduce)
     COMM_ALLREDUCE = 21
     COMM_FREE = 22
 
 
 # Reply payload sizes; None: computed from the request (_reply_size).
 REPLY_SIZES: dict[int, int | None] = {
-    Cmd.HELLO: 4 + CONN_CAPS_SIZE, Cmd.DEVICE_COUNT: 4, Cmd.ALLOC_BUFFER: 16, Cmd.GET_ALIGNMENT: 8,
-    Cmd.GET_MAX_SIZE: 8, Cmd.BUFFER_GET_BASE: 8, Cmd.SET_TENSOR_HASH: 1, Cmd.GET_TENSOR: None,
-    Cmd.GET_TENSOR_2D: None, Cmd.COPY_TENSOR: 1, Cmd.GET_ALLOC_SIZE: 8, Cmd.GET_DEVICE_MEMORY: 16,
+    Cmd.HELLO: 4 + CONN_CAPS_SIZE,
+    Cmd.DEVICE_COUNT: 4,
+    Cmd.ALLOC_BUFFER: 16,
+    Cmd.GET_ALIGNMENT: 8,
+    Cmd.GET_MAX_SIZE: 8,
+    Cmd.BUFFER_GET_BASE: 8,
+    Cmd.SET_TENSOR_HASH: 1,
+    Cmd.GET_TENSOR: None,
+    Cmd.GET_TENSOR_2D: None,
+    Cmd.COPY_TENSOR: 1,
+    Cmd.GET_ALLOC_SIZE: 8,
+    Cmd.GET_DEVICE_MEMORY: 16,
     Cmd.COMM_INIT: 1,
 }
 
@@ -119,8 +128,10 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 def check_protocol() -> None:
     if lib.RPC_PROTO_MAJOR_VERSION != PROTOCOL_MAJOR:
-        raise RpcError(f"ggml's RPC protocol is v{lib.RPC_PROTO_MAJOR_VERSION}; llama_ffi.rpc speaks "
-                       f"v{PROTOCOL_MAJOR}: update its command table")
+        raise RpcError(
+            f"ggml's RPC protocol is v{lib.RPC_PROTO_MAJOR_VERSION}; llama_ffi.rpc speaks "
+            f"v{PROTOCOL_MAJOR}: update its command table"
+        )
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -142,7 +153,7 @@ def probe(endpoint: str, timeout: float = CONNECT_TIMEOUT_S) -> tuple[int, int, 
     host, port = split_endpoint(endpoint)
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
-    except socket.timeout:
+    except TimeoutError:
         raise RpcError(f"cannot reach RPC server {endpoint}: no connection within {timeout:g} s") from None
     except OSError as exc:
         raise RpcError(f"cannot reach RPC server {endpoint}: {exc.strerror or exc}") from None
@@ -151,18 +162,22 @@ def probe(endpoint: str, timeout: float = CONNECT_TIMEOUT_S) -> tuple[int, int, 
             sock.sendall(bytes([Cmd.HELLO]) + U64.pack(CONN_CAPS_SIZE) + bytes(CONN_CAPS_SIZE))
             head = _recv_exact(sock, 8)
             reply = _recv_exact(sock, REPLY_SIZES[Cmd.HELLO]) if head else None
-        except socket.timeout:
-            raise RpcError(f"RPC server {endpoint} did not answer within {timeout:g} s (a worker serves "
-                           "one client at a time: is another one connected?)") from None
+        except TimeoutError:
+            raise RpcError(
+                f"RPC server {endpoint} did not answer within {timeout:g} s (a worker serves "
+                "one client at a time: is another one connected?)"
+            ) from None
         except OSError:
             head = reply = None
     if head is None or reply is None or U64.unpack(head)[0] != REPLY_SIZES[Cmd.HELLO]:
         raise RpcError(f"{endpoint} is not a ggml RPC server (its handshake reply is missing or malformed)")
     major, minor, patch = reply[0], reply[1], reply[2]
     if major != lib.RPC_PROTO_MAJOR_VERSION or minor > lib.RPC_PROTO_MINOR_VERSION:
-        raise RpcError(f"RPC server {endpoint} speaks protocol {major}.{minor}.{patch}; this build speaks "
-                       f"{lib.RPC_PROTO_MAJOR_VERSION}.{lib.RPC_PROTO_MINOR_VERSION}: run the same "
-                       "llama.cpp version on both sides")
+        raise RpcError(
+            f"RPC server {endpoint} speaks protocol {major}.{minor}.{patch}; this build speaks "
+            f"{lib.RPC_PROTO_MAJOR_VERSION}.{lib.RPC_PROTO_MINOR_VERSION}: run the same "
+            "llama.cpp version on both sides"
+        )
     return major, minor, patch
 
 
@@ -234,7 +249,7 @@ class Relay:
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(4)
-        self.endpoint = "127.0.0.1:%d" % self._listener.getsockname()[1]
+        self.endpoint = f"127.0.0.1:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._accept_loop, name=f"rpc-relay {upstream}", daemon=True).start()
 
     def close(self) -> None:
@@ -342,7 +357,7 @@ class Relay:
         buf = bytearray(_CHUNK)
         view = memoryview(buf)
         while size:
-            k = client.recv_into(view[:min(size, _CHUNK)])
+            k = client.recv_into(view[: min(size, _CHUNK)])
             if k == 0:
                 raise OSError("client closed mid-request")
             worker.sendall(view[:k])
@@ -399,8 +414,10 @@ class RpcDevices:
         """Raise :class:`RpcWorkerLost` if any worker has gone away."""
         for relay in self.relays:
             if relay.lost is not None:
-                raise RpcWorkerLost(f"RPC worker {relay.upstream} was lost ({relay.lost}); this model can no "
-                                    "longer compute: close it and load it again once the worker is back")
+                raise RpcWorkerLost(
+                    f"RPC worker {relay.upstream} was lost ({relay.lost}); this model can no "
+                    "longer compute: close it and load it again once the worker is back"
+                )
 
     def close(self) -> None:
         """After the model is freed (its buffers talk to the workers until then)."""
@@ -438,19 +455,29 @@ def worker_devices(names: Sequence[str] | None = None) -> list:
     """Named devices, else every local accelerator, else the CPU (rpc-server's choice)."""
     if names:
         return [device_by_name(name) for name in names]
-    accelerators = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())
-                    if lib.ggml_backend_dev_type(lib.ggml_backend_dev_get(i))
-                    not in (lib.GGML_BACKEND_DEVICE_TYPE_CPU, lib.GGML_BACKEND_DEVICE_TYPE_ACCEL)]
+    accelerators = [
+        lib.ggml_backend_dev_get(i)
+        for i in range(lib.ggml_backend_dev_count())
+        if lib.ggml_backend_dev_type(lib.ggml_backend_dev_get(i))
+        not in (lib.GGML_BACKEND_DEVICE_TYPE_CPU, lib.GGML_BACKEND_DEVICE_TYPE_ACCEL)
+    ]
     return accelerators or [lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)]
 
 
-UNSAFE_HOST_WARNING = ("WARNING: the RPC protocol has no authentication or encryption: anyone who can reach "
-                       "{host}:{port} can run computations and read memory here. Bind 127.0.0.1 unless "
-                       "this network is trusted.")
+UNSAFE_HOST_WARNING = (
+    "WARNING: the RPC protocol has no authentication or encryption: anyone who can reach "
+    "{host}:{port} can run computations and read memory here. Bind 127.0.0.1 unless "
+    "this network is trusted."
+)
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, threads: int | None = None,
-          devices: Sequence[str] | None = None, cache_dir: str | os.PathLike | None = None) -> None:
+def serve(
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    threads: int | None = None,
+    devices: Sequence[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> None:
     """Serve this machine's devices to RPC clients until Ctrl-C or SIGTERM (both return)."""
     check_protocol()
     split_endpoint(f"{host}:{port}")
@@ -467,14 +494,25 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, threads: int | Non
         cache = os.fsencode(cache_dir)
     arr = ffi.new("ggml_backend_dev_t[]", devs)
     endpoint = f"{host}:{port}".encode()
-    start_server = backends.function("RPC", "ggml_backend_rpc_start_server",
-                                     "void (*)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *)")
-    server = threading.Thread(target=start_server, daemon=True, name="rpc-server",
-                              args=(endpoint, cache if cache is not None else ffi.NULL, threads, len(devs), arr))
+    start_server = backends.function(
+        "RPC",
+        "ggml_backend_rpc_start_server",
+        "void (*)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *)",
+    )
+    server = threading.Thread(
+        target=start_server,
+        daemon=True,
+        name="rpc-server",
+        args=(endpoint, cache if cache is not None else ffi.NULL, threads, len(devs), arr),
+    )
     server.start()
     names = ", ".join(ffi.string(lib.ggml_backend_dev_name(d)).decode() for d in devs)
-    print(f"llama-ffi rpc-server: serving {names} on {host}:{port} with {threads} threads"
-          f"{', cache ' + os.fsdecode(cache) if cache else ''}; Ctrl-C stops", file=sys.stderr, flush=True)
+    print(
+        f"llama-ffi rpc-server: serving {names} on {host}:{port} with {threads} threads"
+        f"{', cache ' + os.fsdecode(cache) if cache else ''}; Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
     with _stop_on_sigterm() as stopped:
         try:
             while server.is_alive() and not stopped.is_set():

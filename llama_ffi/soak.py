@@ -65,7 +65,7 @@ class Reference:
         p = next((k for k, (a, b) in enumerate(zip(got, self.text)) if a != b), min(len(got), len(self.text)))
         joined = b"".join(self.pieces).decode("utf-8", "replace")
         start = max(joined.find(self.text), 0) if self.text else 0
-        target, end = len(joined[:start + p].encode()), 0
+        target, end = len(joined[: start + p].encode()), 0
         for i, piece in enumerate(self.pieces):
             end += len(piece)
             if end > target:
@@ -94,14 +94,26 @@ class Report:
     def summary(self) -> dict:
         lat = sorted(self.latencies) or [0.0]
         warm = [mb for t, mb in self.rss_mb if t >= self.minutes * 60 / 5] or [0.0]
-        return {"minutes": self.minutes, "requests": self.requests, "by_kind": dict(sorted(self.by_kind.items())),
-                "tokens_per_s": self.tokens / (self.minutes * 60), "wrong": len(self.wrong),
-                "near_ties": self.near_ties, "near_tie_margin_max": max(self.near_tie_margins, default=0.0),
-                "unexpected_errors": len(self.unexpected),
-                "expected_errors": self.expected_errors, "corruptions": self.corruptions,
-                "latency_p50_s": lat[len(lat) // 2], "latency_p99_s": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
-                "rss_mb_after_first_fifth": warm[0], "rss_mb_end": warm[-1], "rss_growth_mb": warm[-1] - warm[0],
-                "near_tie_bound": self.bound, "close_s": self.close_s, "close_outcomes": self.close_outcomes}
+        return {
+            "minutes": self.minutes,
+            "requests": self.requests,
+            "by_kind": dict(sorted(self.by_kind.items())),
+            "tokens_per_s": self.tokens / (self.minutes * 60),
+            "wrong": len(self.wrong),
+            "near_ties": self.near_ties,
+            "near_tie_margin_max": max(self.near_tie_margins, default=0.0),
+            "unexpected_errors": len(self.unexpected),
+            "expected_errors": self.expected_errors,
+            "corruptions": self.corruptions,
+            "latency_p50_s": lat[len(lat) // 2],
+            "latency_p99_s": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+            "rss_mb_after_first_fifth": warm[0],
+            "rss_mb_end": warm[-1],
+            "rss_growth_mb": warm[-1] - warm[0],
+            "near_tie_bound": self.bound,
+            "close_s": self.close_s,
+            "close_outcomes": self.close_outcomes,
+        }
 
 
 def rss_mb() -> float:
@@ -119,8 +131,8 @@ def measured_bound(llm) -> float:
         llm.eval(tokens[:k])
         batch = llm.logits().copy()
         llm.reset()
-        llm.eval(tokens[:k - 1])
-        llm.eval(tokens[k - 1:k])
+        llm.eval(tokens[: k - 1])
+        llm.eval(tokens[k - 1 : k])
         top = np.argpartition(-batch, 16)[:16]
         gap = max(gap, float(np.abs(batch[top] - llm.logits()[top]).max()))
     llm.reset()
@@ -140,8 +152,15 @@ def control_vectors(llm) -> list:
 
 
 class Soak:
-    def __init__(self, model: str, minutes: float, threads: int = 2, workers: int = 3, seed: int = 0,
-                 cache_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        minutes: float,
+        threads: int = 2,
+        workers: int = 3,
+        seed: int = 0,
+        cache_dir: str | None = None,
+    ) -> None:
         from llama_ffi.high import Llama, LlamaDiskCache
 
         self.minutes, self.seed, self.workers = minutes, seed, workers
@@ -168,7 +187,7 @@ class Soak:
 
         self.llm.reset()
         text = call(record)
-        pieces = [self.llm.tokenizer.piece(t) for t in tokens[:len(margins)]]
+        pieces = [self.llm.tokenizer.piece(t) for t in tokens[: len(margins)]]
         return Reference(text, pieces, margins)
 
     def references(self) -> None:
@@ -176,20 +195,32 @@ class Soak:
 
         def completion(i, cv):
             def call(record):
-                out = llm(prompt_of(i), max_tokens=N_TOKENS, temperature=0.0, control_vector=self.cvecs[cv],
-                          logits_processor=[record])
+                out = llm(
+                    prompt_of(i),
+                    max_tokens=N_TOKENS,
+                    temperature=0.0,
+                    control_vector=self.cvecs[cv],
+                    logits_processor=[record],
+                )
                 return out["choices"][0]["text"]
+
             return call
 
         def chat(i):
             def call(record):
-                out = llm.create_chat_completion([{"role": "user", "content": CHATS[i]}], max_tokens=N_TOKENS,
-                                                 temperature=0.0, logits_processor=[record])
+                out = llm.create_chat_completion(
+                    [{"role": "user", "content": CHATS[i]}],
+                    max_tokens=N_TOKENS,
+                    temperature=0.0,
+                    logits_processor=[record],
+                )
                 return out["choices"][0]["message"]["content"] or ""
+
             return call
 
-        self.completions = {(i, cv): self._alone(completion(i, cv)) for i in range(len(PROMPTS))
-                            for cv in range(len(self.cvecs))}
+        self.completions = {
+            (i, cv): self._alone(completion(i, cv)) for i in range(len(PROMPTS)) for cv in range(len(self.cvecs))
+        }
         self.chats = {i: self._alone(chat(i)) for i in range(len(CHATS))}
 
     # ---- checking --------------------------------------------------------------------------------
@@ -222,8 +253,10 @@ class Soak:
         i, cv = rng.randrange(len(PROMPTS)), rng.randrange(len(self.cvecs))
         prompt, want = prompt_of(i), self.completions[(i, cv)]
         common = {"max_tokens": N_TOKENS, "temperature": 0.0, "control_vector": self.cvecs[cv]}
-        kind = rng.choices(["plain", "stream", "abandoned", "n2", "list", "sampled", "chat", "bad", "state"],
-                           [20, 15, 10, 8, 8, 10, 10, 6, 4])[0]
+        kind = rng.choices(
+            ["plain", "stream", "abandoned", "n2", "list", "sampled", "chat", "bad", "state"],
+            [20, 15, 10, 8, 8, 10, 10, 6, 4],
+        )[0]
         if kind == "plain":
             out = llm(prompt, **common)
             self.check(kind, out["choices"][0]["text"], want)
@@ -253,8 +286,9 @@ class Soak:
             self._count(kind, started, out["usage"]["completion_tokens"])
         elif kind == "chat":
             c = rng.randrange(len(CHATS))
-            out = llm.create_chat_completion([{"role": "user", "content": CHATS[c]}], max_tokens=N_TOKENS,
-                                             temperature=0.0)
+            out = llm.create_chat_completion(
+                [{"role": "user", "content": CHATS[c]}], max_tokens=N_TOKENS, temperature=0.0
+            )
             self.check(kind, out["choices"][0]["message"]["content"] or "", self.chats[c])
             self._count(kind, started, out["usage"]["completion_tokens"])
         elif kind == "bad":
@@ -289,8 +323,9 @@ class Soak:
         async def stream(i: int, cancel_after: int | None) -> None:
             started = time.perf_counter()
             chunks = []
-            async for chunk in await self.llm.acreate_completion(prompt_of(i), max_tokens=N_TOKENS, temperature=0.0,
-                                                                 stream=True):
+            async for chunk in await self.llm.acreate_completion(
+                prompt_of(i), max_tokens=N_TOKENS, temperature=0.0, stream=True
+            ):
                 chunks.append(chunk)
                 if cancel_after is not None and len(chunks) >= cancel_after:
                     raise asyncio.CancelledError
@@ -329,7 +364,7 @@ class Soak:
                     data = data[: rng.randrange(len(data))]
                 elif how == 1:
                     at = rng.randrange(len(data))
-                    data[at:at + 64] = bytes(b ^ 0x5A for b in data[at:at + 64])
+                    data[at : at + 64] = bytes(b ^ 0x5A for b in data[at : at + 64])
                 else:
                     data += os.urandom(rng.randrange(1, 256))
                 path.write_bytes(bytes(data))

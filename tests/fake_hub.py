@@ -57,21 +57,31 @@ class FakeHub:
         if repo not in self.repos:
             return self._error(h, 404, "RepoNotFound", f"Repository {repo} not found")
         if tree:
-            listing = [{"type": "file", "path": p, "size": len(self._data(repo, p)),
-                        "oid": hashlib.sha1(self._data(repo, p)).hexdigest()} for p in self.repos[repo]]
+            listing = [
+                {
+                    "type": "file",
+                    "path": p,
+                    "size": len(self._data(repo, p)),
+                    "oid": hashlib.sha1(self._data(repo, p)).hexdigest(),
+                }
+                for p in self.repos[repo]
+            ]
             return self._send(h, 200, json.dumps(listing).encode(), {"Content-Type": "application/json"}, body)
         file = resolve["path"]
         if file not in self.repos[repo]:
             return self._error(h, 404, "EntryNotFound", f"{file} not found in {repo}")
         data = self._data(repo, file)
-        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
-                   "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": COMMIT,
+            "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+            "Content-Type": "application/octet-stream",
+        }
         if body and file in self.truncated:  # promise everything, send half, hang up
             h.send_response(200)
             for k, v in {**headers, "Content-Length": str(len(data))}.items():
                 h.send_header(k, v)
             h.end_headers()
-            h.wfile.write(data[:len(data) // 2])
+            h.wfile.write(data[: len(data) // 2])
             h.wfile.flush()
             h.close_connection = True
             return
@@ -87,6 +97,10 @@ class FakeHub:
             h.wfile.write(data)
 
     def _error(self, h, status: int, code: str, message: str) -> None:
-        self._send(h, status, json.dumps({"error": message}).encode(),
-                   {"Content-Type": "application/json", "X-Error-Code": code, "X-Error-Message": message},
-                   h.command == "GET")
+        self._send(
+            h,
+            status,
+            json.dumps({"error": message}).encode(),
+            {"Content-Type": "application/json", "X-Error-Code": code, "X-Error-Message": message},
+            h.command == "GET",
+        )

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-
 from tiny_llama import TinyConfig, vocabulary, weights
 
 ARCH = "llama"
@@ -35,7 +34,8 @@ class Parts:
     tensors: dict[str, tuple[np.ndarray, str | None]]
 
 
-def clean_parts(cfg: TinyConfig = TinyConfig()) -> Parts:
+def clean_parts(cfg: TinyConfig | None = None) -> Parts:
+    cfg = TinyConfig() if cfg is None else cfg
     tokens, scores, types = vocabulary(cfg)
     kv = {
         "general.architecture": (ARCH, "STRING"),
@@ -68,8 +68,7 @@ def write_parts(path: Path, parts: Parts) -> Path:
     writer.kv_data[0].clear()  # every key comes from parts, the architecture included
     for key, (value, vtype) in parts.kv.items():
         if vtype.startswith("ARRAY:"):
-            writer.add_key_value(key, value, gguf.GGUFValueType.ARRAY,
-                                 sub_type=gguf.GGUFValueType[vtype.split(":")[1]])
+            writer.add_key_value(key, value, gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType[vtype.split(":")[1]])
         else:
             writer.add_key_value(key, value, gguf.GGUFValueType[vtype])
     for name, (array, raw) in parts.tensors.items():
@@ -88,21 +87,25 @@ def write_parts(path: Path, parts: Parts) -> Path:
 
 # ---- mutations of the parts: name -> function(Parts) -> None ---------------------------------------
 
+
 def _set(key: str, value, vtype: str) -> Callable[[Parts], None]:
     def mutate(p: Parts) -> None:
         p.kv[key] = (value, vtype)
+
     return mutate
 
 
 def _drop(key: str) -> Callable[[Parts], None]:
     def mutate(p: Parts) -> None:
         p.kv.pop(key)
+
     return mutate
 
 
 def _retype(tensor: str, raw: str) -> Callable[[Parts], None]:
     def mutate(p: Parts) -> None:
         p.tensors[tensor] = (p.tensors[tensor][0], raw)
+
     return mutate
 
 
@@ -110,12 +113,14 @@ def _reshape(tensor: str, shape: tuple[int, ...]) -> Callable[[Parts], None]:
     def mutate(p: Parts) -> None:
         array = p.tensors[tensor][0]
         p.tensors[tensor] = (np.resize(array, shape).astype(array.dtype), None)
+
     return mutate
 
 
 def _drop_tensor(tensor: str) -> Callable[[Parts], None]:
     def mutate(p: Parts) -> None:
         del p.tensors[tensor]
+
     return mutate
 
 
@@ -123,6 +128,7 @@ def _tokens(edit: Callable[[list], list], key: str = "tokenizer.ggml.tokens") ->
     def mutate(p: Parts) -> None:
         value, vtype = p.kv[key]
         p.kv[key] = (edit(list(value)), vtype)
+
     return mutate
 
 
@@ -195,34 +201,40 @@ def _patch_header(field: int, value: int) -> Callable[[bytes], bytes]:
     def mutate(data: bytes, reader) -> bytes:
         header = list(GGUF_HEADER.unpack_from(data))
         header[field] = value
-        return GGUF_HEADER.pack(*header) + data[GGUF_HEADER.size:]
+        return GGUF_HEADER.pack(*header) + data[GGUF_HEADER.size :]
+
     return mutate
 
 
 def _first_key_length(value: int) -> Callable[[bytes], bytes]:
     def mutate(data: bytes, reader) -> bytes:
         at = GGUF_HEADER.size
-        return data[:at] + struct.pack("<Q", value) + data[at + 8:]
+        return data[:at] + struct.pack("<Q", value) + data[at + 8 :]
+
     return mutate
 
 
 def _reader_patch(edit: Callable[[object, bytearray], None]) -> Callable[[bytes], bytes]:
     """A byte edit located with gguf-py's reader (field and tensor-info offsets)."""
+
     def mutate(data: bytes, reader) -> bytes:
         out = bytearray(data)
         edit(reader, out)
         return bytes(out)
+
     return mutate
 
 
 def _tensor_info(name: str, field: str, value: int) -> Callable[[bytes], bytes]:
     """Overwrite a tensor-info field: "offset", "type", "n_dims" or "dim0"."""
+
     def edit(reader, out: bytearray) -> None:
         t = next(t for t in reader.tensors if t.name == name)
         info = t.field
         part = {"offset": info.parts[-1], "type": info.parts[-2], "n_dims": info.parts[2], "dim0": info.parts[3]}[field]
         at = part.ctypes.data - reader.data.ctypes.data
-        out[at:at + part.nbytes] = np.asarray([value], dtype=part.dtype).tobytes()
+        out[at : at + part.nbytes] = np.asarray([value], dtype=part.dtype).tobytes()
+
     return _reader_patch(edit)
 
 
@@ -231,7 +243,8 @@ def _string_length(key: str, value: int) -> Callable[[bytes], bytes]:
         field = reader.fields[key]
         part = field.parts[3]  # key length, key, type, value length, value
         at = part.ctypes.data - reader.data.ctypes.data
-        out[at:at + 8] = struct.pack("<Q", value)
+        out[at : at + 8] = struct.pack("<Q", value)
+
     return _reader_patch(edit)
 
 
@@ -240,12 +253,13 @@ def _array_length(key: str, value: int) -> Callable[[bytes], bytes]:
         field = reader.fields[key]
         part = field.parts[4]  # key length, key, type, item type, count, ...
         at = part.ctypes.data - reader.data.ctypes.data
-        out[at:at + 8] = struct.pack("<Q", value)
+        out[at : at + 8] = struct.pack("<Q", value)
+
     return _reader_patch(edit)
 
 
 def _truncate(fraction: float) -> Callable[[bytes], bytes]:
-    return lambda data, reader: data[:int(len(data) * fraction)]
+    return lambda data, reader: data[: int(len(data) * fraction)]
 
 
 def _flips(seed: int, count: int, region: str) -> Callable[[bytes], bytes]:
@@ -257,6 +271,7 @@ def _flips(seed: int, count: int, region: str) -> Callable[[bytes], bytes]:
         for at in rng.integers(lo, hi, count):
             out[at] ^= 1 << int(rng.integers(0, 8))
         return bytes(out)
+
     return mutate
 
 
@@ -278,8 +293,7 @@ BYTE_MUTATIONS: dict[str, Callable[[bytes], bytes]] = {
     "tensor_n_dims_9": _tensor_info("blk.0.ffn_up.weight", "n_dims", 9),
     "tensor_dim_huge": _tensor_info("blk.0.ffn_up.weight", "dim0", 2**40),
     "tensor_dim_zero": _tensor_info("blk.0.ffn_up.weight", "dim0", 0),
-    **{f"truncated_{int(f * 1000)}permille": _truncate(f)
-       for f in (0.0005, 0.002, 0.01, 0.05, 0.2, 0.5, 0.9, 0.999)},
+    **{f"truncated_{int(f * 1000)}permille": _truncate(f) for f in (0.0005, 0.002, 0.01, 0.05, 0.2, 0.5, 0.9, 0.999)},
     **{f"header_flips_seed{s}": _flips(s, 1 + s % 4, "header") for s in range(24)},
     **{f"data_flips_seed{s}": _flips(100 + s, 64, "data") for s in range(4)},
 }
@@ -323,7 +337,7 @@ for line in sys.stdin:
 
 @dataclasses.dataclass
 class Outcome:
-    kind: str        # loaded, error, crash, hang
+    kind: str  # loaded, error, crash, hang
     detail: str = ""
 
 
@@ -331,9 +345,15 @@ class _Worker:
     def __init__(self, repo_root: Path) -> None:
         # ggml's abort prints a gdb backtrace on stdout unless told not to.
         env = dict(os.environ, PYTHONPATH=str(repo_root), GGML_NO_BACKTRACE="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=env, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            bufsize=1,
+        )
         self.readline(120)
 
     def readline(self, timeout: float) -> str | None:

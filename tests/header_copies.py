@@ -21,7 +21,7 @@ def copy_headers(tree, dest: Path) -> Path:
 def insert_before_closing(path: Path, text: str) -> int:
     """Insert ``text`` before the header's last ``#ifdef __cplusplus``; return its line number."""
     lines = path.read_text().splitlines(keepends=True)
-    idx = max(i for i, l in enumerate(lines) if l.strip().startswith("#ifdef") and "__cplusplus" in l)
+    idx = max(i for i, line in enumerate(lines) if line.strip().startswith("#ifdef") and "__cplusplus" in line)
     lines.insert(idx, text + "\n")
     path.write_text("".join(lines))
     return idx + 1

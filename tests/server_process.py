@@ -22,14 +22,25 @@ class ServerProcess:
     def __init__(self, model, *flags: str, env: dict | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "llama_ffi.server", "-m", str(model), "--port", str(self.port),
-                     "-t", "2", *flags]
+        self.args = [
+            sys.executable,
+            "-m",
+            "llama_ffi.server",
+            "-m",
+            str(model),
+            "--port",
+            str(self.port),
+            "-t",
+            "2",
+            *flags,
+        ]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 120.0) -> ServerProcess:
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

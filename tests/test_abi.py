@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from header_copies import copy_headers, insert_before_closing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from header_copies import copy_headers, insert_before_closing
 from tools.abi import diff, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def copy_headers_from(src: Path, dest: Path) -> None:
 def struct_body(text: str, tag: str) -> tuple[int, int]:
     """Line range (start, end) of the field lines of ``struct tag { ... };``."""
     lines = text.splitlines()
-    start = next(i for i, l in enumerate(lines) if re.match(rf"\s*struct {tag}\s*{{", l))
+    start = next(i for i, line in enumerate(lines) if re.match(rf"\s*struct {tag}\s*{{", line))
     end = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("};"))
     return start + 1, end
 
@@ -53,8 +53,9 @@ def struct_body(text: str, tag: str) -> tuple[int, int]:
 def field_lines(text: str, tag: str) -> list[int]:
     a, b = struct_body(text, tag)
     lines = text.splitlines()
-    return [i for i in range(a, b) if re.match(r"\s*[a-z_][\w\s\*]*\s\**\w+;\s*(//.*)?$", lines[i])
-            and "(" not in lines[i]]
+    return [
+        i for i in range(a, b) if re.match(r"\s*[a-z_][\w\s\*]*\s\**\w+;\s*(//.*)?$", lines[i]) and "(" not in lines[i]
+    ]
 
 
 def field_name(line: str) -> str:
@@ -85,8 +86,11 @@ def llama_h_fields(base):
 def test_inserted_field_is_reported_alone(base, tmp_path, llama_h_fields, data):
     at = data.draw(st.sampled_from(llama_h_fields))
     new_field = "llama_ffi_probe_field"
-    _, changes = mutated(base, tmp_path, lambda root: _edit_lines(
-        root / LLAMA_H, lambda ls: ls.insert(at, f"        int64_t {new_field};\n")))
+    _, changes = mutated(
+        base,
+        tmp_path,
+        lambda root: _edit_lines(root / LLAMA_H, lambda ls: ls.insert(at, f"        int64_t {new_field};\n")),
+    )
     assert [(c.kind, c.symbol, c.change, c.breaking) for c in changes] == [("struct", STRUCT, "changed", True)]
     d = changes[0].detail
     assert d["fields_added"] == [new_field]
@@ -110,8 +114,11 @@ def test_retyped_field_is_reported_alone(base, tmp_path, llama_h_fields, data):
     lines = (base[0] / LLAMA_H).read_text().splitlines()
     at = data.draw(st.sampled_from(llama_h_fields))
     name = field_name(lines[at])
-    _, changes = mutated(base, tmp_path, lambda root: _edit_lines(
-        root / LLAMA_H, lambda ls: ls.__setitem__(at, f"        double {name};\n")))
+    _, changes = mutated(
+        base,
+        tmp_path,
+        lambda root: _edit_lines(root / LLAMA_H, lambda ls: ls.__setitem__(at, f"        double {name};\n")),
+    )
     old_type = next(f["type"] for f in base[1]["structs"][STRUCT]["fields"] if f["name"] == name)
     if old_type == "double":
         assert changes == []
@@ -155,8 +162,11 @@ def explicit_enumerators(text: str) -> list[tuple[int, str, int]]:
 @given(data=st.data())
 def test_changed_enum_value_is_reported_alone(base, tmp_path, data):
     at, name, value = data.draw(st.sampled_from(explicit_enumerators((base[0] / LLAMA_H).read_text())))
-    _, changes = mutated(base, tmp_path, lambda root: _edit_lines(
-        root / LLAMA_H, lambda ls: ls.__setitem__(at, f"        {name} = {value + 1000},\n")))
+    _, changes = mutated(
+        base,
+        tmp_path,
+        lambda root: _edit_lines(root / LLAMA_H, lambda ls: ls.__setitem__(at, f"        {name} = {value + 1000},\n")),
+    )
     assert [(c.kind, c.symbol, c.change, c.breaking) for c in changes] == [("enum", name, "changed", True)]
     assert changes[0].detail == {"old": value, "new": value + 1000}
 
@@ -188,10 +198,16 @@ def test_changed_or_dropped_parameter_is_reported_alone(base, tmp_path, data, dr
 @SLOW
 @given(n=st.integers(0, 10_000))
 def test_added_function_is_additive(base, tmp_path, n):
-    _, changes = mutated(base, tmp_path, lambda root: insert_before_closing(
-        root / LLAMA_H, f"    LLAMA_API int32_t llama_ffi_added_{n}(const char * text);"))
+    _, changes = mutated(
+        base,
+        tmp_path,
+        lambda root: insert_before_closing(
+            root / LLAMA_H, f"    LLAMA_API int32_t llama_ffi_added_{n}(const char * text);"
+        ),
+    )
     assert [(c.kind, c.symbol, c.change, c.breaking) for c in changes] == [
-        ("function", f"llama_ffi_added_{n}", "added", False)]
+        ("function", f"llama_ffi_added_{n}", "added", False)
+    ]
 
 
 def test_unchanged_tree_has_no_changes(base):
@@ -208,8 +224,13 @@ def test_snapshot_is_measured_by_the_compiler(tree):
     from llama_ffi import ffi
 
     snap = json.loads((REPO / "headers/abi.json").read_text())
-    for name in ("struct llama_context_params", "struct llama_model_params", "struct llama_batch",
-                 "struct ggml_tensor", "struct gguf_init_params"):
+    for name in (
+        "struct llama_context_params",
+        "struct llama_model_params",
+        "struct llama_batch",
+        "struct ggml_tensor",
+        "struct gguf_init_params",
+    ):
         s = snap["structs"][name]
         assert s["size"] == ffi.sizeof(name)
         for f in s["fields"]:
@@ -225,8 +246,7 @@ def test_uses_in_the_package_are_listed(base):
 def test_report_names_our_lines_for_what_python_can_notice(base):
     """A field that only moved needs no change of ours (the compiler lays the struct out): its uses
     are not listed. An added, removed or retyped one is, one line a file, every line number."""
-    moved = diff.Change("struct", STRUCT, "changed", True,
-                        {"fields_moved": [{"field": "n_ctx", "old": 0, "new": 4}]})
+    moved = diff.Change("struct", STRUCT, "changed", True, {"fields_moved": [{"field": "n_ctx", "old": 0, "new": 4}]})
     added = diff.Change("struct", STRUCT, "changed", True, {"fields_added": ["n_ctx"]})
     diff.find_uses([moved, added])
     uses_of_n_ctx = [u for u in added.used_in if not u.startswith("llama_ffi/high/context.py:6")]
@@ -234,8 +254,28 @@ def test_report_names_our_lines_for_what_python_can_notice(base):
     report = diff.markdown([added], "old", "new")
     files = {u.rpartition(":")[0] for u in added.used_in}
     for path in files:
-        lines = [u.rpartition(":")[2] for u in added.used_in if u.rpartition(":")[0] == path]
+        lines = [
+            f"{u.rpartition(':')[2]} ({by})"
+            for u, by in zip(added.used_in, added.used_by)
+            if u.rpartition(":")[0] == path
+        ]
         assert f"    - `{path}`: {', '.join(lines)}" in report.splitlines()
+
+
+def test_each_listed_line_names_the_symbol_and_the_code_it_sits_in(base):
+    """Line numbers move with every commit: each use also says which name it mentions and in which
+    def or class, and those are what the line holds."""
+    change = diff.Change("constant", "RPC_PROTO_MAJOR_VERSION", "changed", True)
+    diff.find_uses([change])
+    assert len(change.used_by) == len(change.used_in) > 0
+    for use, by in zip(change.used_in, change.used_by):
+        path, _, line = use.rpartition(":")
+        lines = (diff.PACKAGE.parent / path).read_text().splitlines()
+        name, where = re.fullmatch(r"`(\w+)` in `([\w.]+)`", by).groups()
+        assert name in lines[int(line) - 1]
+        if where != "module":  # the innermost def or class named is above the line
+            assert any(re.match(rf"\s*(async\s+)?(def|class) {where.split('.')[-1]}\b", x) for x in lines[: int(line)])
+    assert any("check_protocol" in by for by in change.used_by)
 
 
 def test_cli_exit_status_and_report(tmp_path, base):
@@ -246,8 +286,17 @@ def test_cli_exit_status_and_report(tmp_path, base):
     changed["functions"].pop("llama_decode")
     changed["functions"]["llama_ffi_new"] = {"header": "llama.h", "signature": "int llama_ffi_new(void)"}
     snapshot.write(changed, new)
-    run = [sys.executable, "-m", "tools.abi.diff", str(old), str(new), "--markdown", str(tmp_path / "r.md"),
-           "--json", str(tmp_path / "r.json")]
+    run = [
+        sys.executable,
+        "-m",
+        "tools.abi.diff",
+        str(old),
+        str(new),
+        "--markdown",
+        str(tmp_path / "r.md"),
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
     assert subprocess.run(run, cwd=REPO).returncode == 1
     assert subprocess.run(run + ["--accept-breaking"], cwd=REPO).returncode == 0
     report = (tmp_path / "r.md").read_text()
@@ -267,16 +316,24 @@ def test_bad_inputs_name_the_file(tmp_path, tree):
     with pytest.raises(GenerationError, match="llama.h"):
         snapshot.take(root)
     out = tmp_path / "snap.json"
-    assert subprocess.run([sys.executable, "-m", "tools.abi.snapshot", str(root), "-o", str(out)],
-                          cwd=REPO, capture_output=True).returncode == 1
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "tools.abi.snapshot", str(root), "-o", str(out)], cwd=REPO, capture_output=True
+        ).returncode
+        == 1
+    )
     assert not out.exists()  # never a partial snapshot
 
 
 def test_probe_compile_failure_is_reported(tree, tmp_path):
     root = copy_headers(tree, tmp_path / "probe")
     # valid to the generator (pycparser), but the compiler rejects the incomplete field type
-    _edit_lines(root / LLAMA_H, lambda ls: ls.insert(
-        struct_body((root / LLAMA_H).read_text(), "llama_context_params")[0], "        struct llama_nope x;\n"))
+    _edit_lines(
+        root / LLAMA_H,
+        lambda ls: ls.insert(
+            struct_body((root / LLAMA_H).read_text(), "llama_context_params")[0], "        struct llama_nope x;\n"
+        ),
+    )
     with pytest.raises(snapshot.SnapshotError, match="failed to compile"):
         snapshot.take(root)
 
@@ -314,8 +371,7 @@ def test_guard_refuses_a_libllama_from_another_build_on_the_library_path(tmp_pat
     copy.write_bytes(copy.read_bytes().replace(ours, bytes(b ^ 0xFF for b in ours)))
     assert gnu_build_id(copy) != ours.hex()
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", "import llama_ffi"], cwd=REPO, env=env,
-                         capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", "import llama_ffi"], cwd=REPO, env=env, capture_output=True, text=True)
     assert run.returncode != 0
     assert "LibraryMismatchError" in run.stderr and str(tmp_path / "libllama.so") in run.stderr
     ok = subprocess.run([sys.executable, "-c", "import llama_ffi"], cwd=REPO, capture_output=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import reference_tools
 import tiny_adapters
+
 from llama_ffi.high import Llama
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,8 @@ def files(smollm2_path, tmp_path_factory):
         "b": tiny_adapters.write_lora(d / "translator.gguf", smollm2_path, seed=2, targets=("attn_k", "attn_output")),
         "f32": tiny_adapters.write_lora(d / "f32.gguf", smollm2_path, seed=4, dtype=np.float32),
         "cv": tiny_adapters.write_control_vector(d / "cv.gguf", rows),
-        "rows": rows, "dir": d,
+        "rows": rows,
+        "dir": d,
     }
 
 
@@ -57,10 +58,16 @@ CASES = {  # name: (our request arguments, llama-completion flags)
     "two loras": (dict(active_loras=[{"name": "coder"}, {"name": "translator"}]), ["--lora", "{a}", "--lora", "{b}"]),
     # f32 lora_a and lora_b: once refused after a crash seen on another machine, not reproduced here
     "f32 lora": (dict(active_loras=[{"name": "f32", "scale": 1.0}]), ["--lora", "{f32}"]),
-    "cvec file": (dict(control_vector={"files": [("{cv}", CV_SCALE)], "layer_start": CV_RANGE[0],
-                                       "layer_end": CV_RANGE[1]}),
-                  ["--control-vector-scaled", f"{{cv}}:{CV_SCALE}", "--control-vector-layer-range",
-                   str(CV_RANGE[0]), str(CV_RANGE[1])]),
+    "cvec file": (
+        dict(control_vector={"files": [("{cv}", CV_SCALE)], "layer_start": CV_RANGE[0], "layer_end": CV_RANGE[1]}),
+        [
+            "--control-vector-scaled",
+            f"{{cv}}:{CV_SCALE}",
+            "--control-vector-layer-range",
+            str(CV_RANGE[0]),
+            str(CV_RANGE[1]),
+        ],
+    ),
 }
 
 
@@ -88,10 +95,22 @@ def test_control_vector_as_data_equals_the_file(llm, files):
     data = files["rows"] * np.float32(CV_SCALE)
     for prompt in PROMPTS:
         from_file = text(llm, prompt, **_fill(CASES["cvec file"][0], files))
-        assert text(llm, prompt, control_vector={"data": data, "layer_start": CV_RANGE[0],
-                                                 "layer_end": CV_RANGE[1]}) == from_file
-        assert text(llm, prompt, control_vector={"data": data[:CV_RANGE[1] * data.shape[1]].tolist(),
-                                                 "layer_start": CV_RANGE[0], "layer_end": CV_RANGE[1]}) == from_file
+        assert (
+            text(llm, prompt, control_vector={"data": data, "layer_start": CV_RANGE[0], "layer_end": CV_RANGE[1]})
+            == from_file
+        )
+        assert (
+            text(
+                llm,
+                prompt,
+                control_vector={
+                    "data": data[: CV_RANGE[1] * data.shape[1]].tolist(),
+                    "layer_start": CV_RANGE[0],
+                    "layer_end": CV_RANGE[1],
+                },
+            )
+            == from_file
+        )
 
 
 def test_switching_equals_fresh_runs_and_prefix_reuse_is_per_set(smollm2_path, files, llm):
@@ -120,10 +139,10 @@ def test_switching_equals_fresh_runs_and_prefix_reuse_is_per_set(smollm2_path, f
     assert stats.prompt_tokens - before == 1
 
 
-
 def test_lora_path_is_the_default_set(smollm2_path, files, llm):
-    with Llama(smollm2_path, n_ctx=N_CTX, n_threads=2, lora_path=str(files["a"]), lora_scale=0.5,
-               progress=False) as static:
+    with Llama(
+        smollm2_path, n_ctx=N_CTX, n_threads=2, lora_path=str(files["a"]), lora_scale=0.5, progress=False
+    ) as static:
         assert set(static.loras) == {"coder"} and static.loras["coder"]["alpha"] == 16.0
         assert text(static, PROMPTS[0]) == text(llm, PROMPTS[0], active_loras=[{"name": "coder", "scale": 0.5}])
         assert text(static, PROMPTS[0], active_loras=[]) == text(llm, PROMPTS[0])  # explicitly none
@@ -235,14 +254,47 @@ def test_bad_control_vectors_are_clear_errors(llm, files, tmp_path):
 
 
 def test_cli_adapter_flags_equal_llama_completion(files, llama_completion, smollm2_path):
-    flags = ["--lora-scaled", f"{files['a']}:0.5", "--control-vector-scaled", f"{files['cv']}:{CV_SCALE}",
-             "--control-vector-layer-range", str(CV_RANGE[0]), str(CV_RANGE[1])]
-    out = subprocess.run([sys.executable, "-m", "llama_ffi", "complete", PROMPTS[0], "-m", str(smollm2_path),
-                          "-n", str(N), "--temp", "0", "-t", "2", "-c", str(N_CTX), *flags],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    flags = [
+        "--lora-scaled",
+        f"{files['a']}:0.5",
+        "--control-vector-scaled",
+        f"{files['cv']}:{CV_SCALE}",
+        "--control-vector-layer-range",
+        str(CV_RANGE[0]),
+        str(CV_RANGE[1]),
+    ]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llama_ffi",
+            "complete",
+            PROMPTS[0],
+            "-m",
+            str(smollm2_path),
+            "-n",
+            str(N),
+            "--temp",
+            "0",
+            "-t",
+            "2",
+            "-c",
+            str(N_CTX),
+            *flags,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     want = reference_tools.completion(llama_completion, smollm2_path, PROMPTS[0], N, N_CTX, ["--temp", "0", *flags])
     assert out.stdout == want + "\n"
-    bad = subprocess.run([sys.executable, "-m", "llama_ffi", "complete", "x", "-m", str(smollm2_path),
-                          "--lora-scaled", "nocolon"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "llama_ffi", "complete", "x", "-m", str(smollm2_path), "--lora-scaled", "nocolon"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "expected FILE:SCALE" in bad.stderr

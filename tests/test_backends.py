@@ -35,8 +35,9 @@ def test_a_function_no_library_exports_comes_from_the_backend_registry():
     # ggml_backend_get_features is only a CPU-registry entry: the lookup path a portable build
     # uses for every backend function (RPC's included).
     assert not hasattr(lib, "ggml_backend_get_features")
-    get_features = backends.function("CPU", "ggml_backend_get_features",
-                                     "struct ggml_backend_feature * (*)(ggml_backend_reg_t)")
+    get_features = backends.function(
+        "CPU", "ggml_backend_get_features", "struct ggml_backend_feature * (*)(ggml_backend_reg_t)"
+    )
     feature = get_features(backends.registry("CPU"))
     names = []
     while feature.name != ffi.NULL:
@@ -49,8 +50,10 @@ def test_a_function_no_library_exports_comes_from_the_backend_registry():
 
 
 def test_a_linked_function_is_the_bound_one():
-    assert backends.function("RPC", "ggml_backend_rpc_add_server", "ggml_backend_reg_t (*)(const char *)") \
+    assert (
+        backends.function("RPC", "ggml_backend_rpc_add_server", "ggml_backend_reg_t (*)(const char *)")
         is lib.ggml_backend_rpc_add_server
+    )
 
 
 def test_a_missing_backend_or_function_is_named():

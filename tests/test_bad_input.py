@@ -34,20 +34,23 @@ def test_truncated_gguf_gives_llama_cpps_reason(smollm2_path, tmp_path):
     assert len(str(err.value)) > len(f"llama.cpp could not load {path}: ") + 10  # a reason, not nothing
 
 
-@pytest.mark.parametrize("bad, error, message", [
-    (dict(n_ctx=-1), ValueError, r"n_ctx must be >= 0, got -1"),
-    (dict(n_batch=0), ValueError, r"n_batch must be >= 1, got 0"),
-    (dict(n_threads="4"), TypeError, r"n_threads must be an int, got str"),
-    (dict(seed=-5), ValueError, r"seed must be an int in 0\.\.0xFFFFFFFF \(or -1: random\), got -5"),
-    (dict(type_k="q9_9"), ValueError, r"type_k: unknown ggml type 'q9_9'"),
-    (dict(flash_attn="yes"), TypeError, r"flash_attn must be a bool, got str"),
-    (dict(n_seq_max=10_000), ValueError, r"n_seq_max must be <= 256, got 10000"),
-    (dict(n_batch=64, n_ubatch=128), ValueError, r"n_ubatch \(128\) must not exceed n_batch \(64\)"),
-    (dict(n_batch=16, n_seq_max=32), ValueError, r"n_seq_max \(32\) must not exceed n_batch \(16\)"),
-    (dict(kv_overrides={"k": object()}), TypeError, r"kv_overrides\['k'\] must be bool, int, float or str"),
-    (dict(moe_cache_size=-1), ValueError, r"moe_cache_size must be >= 0, got -1"),
-    (dict(moe_cache_size=1.5), TypeError, r"moe_cache_size must be an int, got float"),
-])
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        (dict(n_ctx=-1), ValueError, r"n_ctx must be >= 0, got -1"),
+        (dict(n_batch=0), ValueError, r"n_batch must be >= 1, got 0"),
+        (dict(n_threads="4"), TypeError, r"n_threads must be an int, got str"),
+        (dict(seed=-5), ValueError, r"seed must be an int in 0\.\.0xFFFFFFFF \(or -1: random\), got -5"),
+        (dict(type_k="q9_9"), ValueError, r"type_k: unknown ggml type 'q9_9'"),
+        (dict(flash_attn="yes"), TypeError, r"flash_attn must be a bool, got str"),
+        (dict(n_seq_max=10_000), ValueError, r"n_seq_max must be <= 256, got 10000"),
+        (dict(n_batch=64, n_ubatch=128), ValueError, r"n_ubatch \(128\) must not exceed n_batch \(64\)"),
+        (dict(n_batch=16, n_seq_max=32), ValueError, r"n_seq_max \(32\) must not exceed n_batch \(16\)"),
+        (dict(kv_overrides={"k": object()}), TypeError, r"kv_overrides\['k'\] must be bool, int, float or str"),
+        (dict(moe_cache_size=-1), ValueError, r"moe_cache_size must be >= 0, got -1"),
+        (dict(moe_cache_size=1.5), TypeError, r"moe_cache_size must be an int, got float"),
+    ],
+)
 def test_bad_constructor_parameters_are_refused_before_loading(smollm2_path, bad, error, message):
     with pytest.raises(error, match=message):
         Llama(smollm2_path, **bad)
@@ -61,8 +64,11 @@ def test_moe_cache_size_reaches_llama_cpp(smollm2_path):
 
     assert ContextParams().to_c().moe_cache_size == lib.llama_context_default_params().moe_cache_size == 0
     assert ContextParams(moe_cache_size=64 << 20).to_c().moe_cache_size == 64 << 20
-    gpus = [i for i in range(lib.ggml_backend_dev_count())
-            if lib.ggml_backend_dev_type(lib.ggml_backend_dev_get(i)) == lib.GGML_BACKEND_DEVICE_TYPE_GPU]
+    gpus = [
+        i
+        for i in range(lib.ggml_backend_dev_count())
+        if lib.ggml_backend_dev_type(lib.ggml_backend_dev_get(i)) == lib.GGML_BACKEND_DEVICE_TYPE_GPU
+    ]
     if not gpus:
         with pytest.raises(ValueError, match="MoE cache requires a GPU backend"):
             Llama(smollm2_path, moe_cache_size=64 << 20, n_ctx=256, progress=False)
@@ -83,9 +89,10 @@ def test_prompt_longer_than_context_names_both_lengths(llm):
 def test_tokens_outside_the_vocabulary(llm):
     n = llm.n_vocab
     for tokens, error, message in (
-            ([1, n], ValueError, rf"token 1 \({n}\) is outside the vocabulary \(0\.\.{n - 1}\)"),
-            ([-1], ValueError, r"token 0 \(-1\) is outside the vocabulary"),
-            ([1, 2.5], TypeError, r"token")):
+        ([1, n], ValueError, rf"token 1 \({n}\) is outside the vocabulary \(0\.\.{n - 1}\)"),
+        ([-1], ValueError, r"token 0 \(-1\) is outside the vocabulary"),
+        ([1, 2.5], TypeError, r"token"),
+    ):
         with pytest.raises(error, match=message):
             llm(tokens, max_tokens=2)
     with pytest.raises(ValueError, match="outside the vocabulary"):
@@ -121,13 +128,14 @@ def test_properties_and_metadata(llm):
     assert llm.token_eos() >= 0 and llm.token_bos() >= 0
     meta = llm.metadata
     assert meta["general.architecture"] == "llama"
-    assert "{% for message in messages %}" in meta["tokenizer.chat_template"] or \
-        "im_start" in meta["tokenizer.chat_template"]
+    assert (
+        "{% for message in messages %}" in meta["tokenizer.chat_template"]
+        or "im_start" in meta["tokenizer.chat_template"]
+    )
 
 
 def test_kv_overrides_reach_the_model(smollm2_path):
-    with Llama(smollm2_path, n_ctx=64, kv_overrides={"llama.context_length": 1024},
-               progress=False) as m:
+    with Llama(smollm2_path, n_ctx=64, kv_overrides={"llama.context_length": 1024}, progress=False) as m:
         assert m.n_ctx_train == 1024
 
 

@@ -8,40 +8,67 @@ import json
 import pytest
 
 from llama_ffi.high import Llama
-from llama_ffi.high.chat import (ChatTemplate, TemplateError, TemplateSecurityError, builtin_formats,
-                                 format_with_builtin, validate_messages)
+from llama_ffi.high.chat import (
+    ChatTemplate,
+    TemplateError,
+    TemplateSecurityError,
+    builtin_formats,
+    format_with_builtin,
+    validate_messages,
+)
 
-TOOL = {"type": "function",
-        "function": {"name": "get_weather", "description": "Weather for a city",
-                     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                    "required": ["city"]}},
-        # Cohere's templates read tools in their own shape: the same tool, described their way
-        "name": "get_weather", "description": "Weather for a city",
-        "parameter_definitions": {"city": {"type": "str", "description": "city", "required": True}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+    # Cohere's templates read tools in their own shape: the same tool, described their way
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameter_definitions": {"city": {"type": "str", "description": "city", "required": True}},
+}
 
 
-def conversation(arguments_as_text: bool = False, system: bool = True, tool_turns: bool = True,
-                 reasoning: bool = False, translation: bool = False) -> list[dict]:
+def conversation(
+    arguments_as_text: bool = False,
+    system: bool = True,
+    tool_turns: bool = True,
+    reasoning: bool = False,
+    translation: bool = False,
+) -> list[dict]:
     """``reasoning``: assistant turns carry ``reasoning_content`` (some templates require a thinking
     field); ``translation``: each user turn is one text item with language codes (TranslateGemma)."""
     msgs = _conversation(arguments_as_text, system, tool_turns)
     if reasoning:
         msgs = [dict(m, reasoning_content="Thinking.") if m["role"] == "assistant" else m for m in msgs]
     if translation:
-        msgs = [dict(m, content=[{"type": "text", "source_lang_code": "en", "target_lang_code": "fr",
-                                  "text": m["content"]}]) if m["role"] == "user" else m for m in msgs]
+        msgs = [
+            dict(
+                m, content=[{"type": "text", "source_lang_code": "en", "target_lang_code": "fr", "text": m["content"]}]
+            )
+            if m["role"] == "user"
+            else m
+            for m in msgs
+        ]
     return msgs
 
 
 def _conversation(arguments_as_text: bool, system: bool, tool_turns: bool) -> list[dict]:
     args = {"city": "Paris"}
-    call = {"id": "call12345", "type": "function",
-            "function": {"name": "get_weather", "arguments": json.dumps(args) if arguments_as_text else args}}
+    call = {
+        "id": "call12345",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps(args) if arguments_as_text else args},
+    }
     msgs = [{"role": "system", "content": "You are helpful."}] if system else []
     if not tool_turns:  # for templates without tool support
-        return msgs + [{"role": "user", "content": "Weather in Paris?"},
-                       {"role": "assistant", "content": "It is 20 degrees."},
-                       {"role": "user", "content": "Thanks!"}]
+        return msgs + [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "It is 20 degrees."},
+            {"role": "user", "content": "Thanks!"},
+        ]
     return msgs + [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -62,8 +89,12 @@ def test_every_model_template_renders_a_standard_conversation(tree):
     for path in files:
         t = ChatTemplate(path.read_text(), path.name, bos_token="<s>", eos_token="</s>")
         extra = dict(tools=[TOOL], functions=json.dumps([TOOL]), datetime="2026-12-02")
-        attempts = [dict(), dict(arguments_as_text=True), dict(system=False),
-                    dict(arguments_as_text=True, system=False)]
+        attempts = [
+            dict(),
+            dict(arguments_as_text=True),
+            dict(system=False),
+            dict(arguments_as_text=True, system=False),
+        ]
         if "tool" not in t.source:
             attempts = [dict(tool_turns=False), dict(tool_turns=False, system=False)]
         attempts += [dict(a, reasoning=True) for a in attempts]  # templates that require a thinking field
@@ -104,27 +135,48 @@ USER_ONLY = [{"role": "user", "content": "Hi"}]
 
 # The prompt formats as the model makers document them, written out by hand: the model files'
 # own templates must render exactly these.
-@pytest.mark.parametrize("file, messages, extra, expected", [
-    ("meta-llama-Llama-3.1-8B-Instruct.jinja", SYSTEM_USER, {"date_string": "26 Jul 2024"},
-     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
-     "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nS<|eot_id|>"
-     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-     "<|start_header_id|>assistant<|end_header_id|>\n\n"),
-    ("google-gemma-2-2b-it.jinja", USER_ONLY, {},
-     "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"),
-    ("Qwen-Qwen2.5-7B-Instruct.jinja", SYSTEM_USER, {},
-     "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
-    ("Qwen-Qwen3-0.6B.jinja", USER_ONLY, {"enable_thinking": False},
-     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
-    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", USER_ONLY, {}, "<s>[INST]Hi[/INST]"),
-    ("mistralai-Mistral-Nemo-Instruct-2407.jinja",
-     USER_ONLY + [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}], {},
-     "<s>[INST]Hi[/INST]Hello</s>[INST]Bye[/INST]"),
-])
+@pytest.mark.parametrize(
+    "file, messages, extra, expected",
+    [
+        (
+            "meta-llama-Llama-3.1-8B-Instruct.jinja",
+            SYSTEM_USER,
+            {"date_string": "26 Jul 2024"},
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        ),
+        (
+            "google-gemma-2-2b-it.jinja",
+            USER_ONLY,
+            {},
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
+        ),
+        (
+            "Qwen-Qwen2.5-7B-Instruct.jinja",
+            SYSTEM_USER,
+            {},
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+        ),
+        (
+            "Qwen-Qwen3-0.6B.jinja",
+            USER_ONLY,
+            {"enable_thinking": False},
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        ),
+        ("mistralai-Mistral-Nemo-Instruct-2407.jinja", USER_ONLY, {}, "<s>[INST]Hi[/INST]"),
+        (
+            "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+            USER_ONLY + [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}],
+            {},
+            "<s>[INST]Hi[/INST]Hello</s>[INST]Bye[/INST]",
+        ),
+    ],
+)
 def test_well_known_model_templates_render_their_documented_format(tree, file, messages, extra, expected):
     bos = "<bos>" if file.startswith("google") else "<|begin_of_text|>" if file.startswith("meta") else "<s>"
-    t = ChatTemplate((tree.path / "models/templates" / file).read_text(), file, bos_token=bos,
-                     eos_token="</s>")
+    t = ChatTemplate((tree.path / "models/templates" / file).read_text(), file, bos_token=bos, eos_token="</s>")
     assert t.render(messages, **extra) == expected
 
 
@@ -147,13 +199,19 @@ def test_model_file_templates_named_variants_and_extra_arguments(tree, tiny_conf
     assert named.endswith("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n")
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("chatml", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
-    ("llama3", "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
-               "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
-    ("gemma", "<start_of_turn>user\nS\n\nHi<end_of_turn>\n<start_of_turn>model\n"),
-    ("zephyr", "<|system|>\nS<|endoftext|>\n<|user|>\nHi<|endoftext|>\n<|assistant|>\n"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("chatml", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+        (
+            "llama3",
+            "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
+            "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        ),
+        ("gemma", "<start_of_turn>user\nS\n\nHi<end_of_turn>\n<start_of_turn>model\n"),
+        ("zephyr", "<|system|>\nS<|endoftext|>\n<|user|>\nHi<|endoftext|>\n<|assistant|>\n"),
+    ],
+)
 def test_named_formats_are_llama_cpps(name, expected):
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
     assert format_with_builtin(name, msgs) == expected
@@ -167,17 +225,20 @@ def test_named_formats_aliases_and_unknown():
         format_with_builtin("no-such-format", msgs)
 
 
-@pytest.mark.parametrize("source", [
-    "{{ messages.__class__.__mro__ }}",
-    "{{ ''.__class__.__base__.__subclasses__() }}",
-    "{{ raise_exception.__globals__ }}",
-    "{% for i in range(10**9) %}x{% endfor %}",
-    "{{ self._TemplateReference__context }}",
-    "{% for i in range(90000) %}{% for j in range(90000) %}{% endfor %}{% endfor %}",
-    "{{ 'x' * 1000000000 }}",
-    "{{ 2 ** 100000000 }}",
-    "{{ cycler.__init__.__globals__.os }}",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ messages.__class__.__mro__ }}",
+        "{{ ''.__class__.__base__.__subclasses__() }}",
+        "{{ raise_exception.__globals__ }}",
+        "{% for i in range(10**9) %}x{% endfor %}",
+        "{{ self._TemplateReference__context }}",
+        "{% for i in range(90000) %}{% for j in range(90000) %}{% endfor %}{% endfor %}",
+        "{{ 'x' * 1000000000 }}",
+        "{{ 2 ** 100000000 }}",
+        "{{ cycler.__init__.__globals__.os }}",
+    ],
+)
 def test_hostile_templates_raise_a_security_error(source):
     with pytest.raises(TemplateSecurityError):
         ChatTemplate(source, "hostile").render([{"role": "user", "content": "x"}])
@@ -189,29 +250,37 @@ def test_template_syntax_error_names_template_and_line():
 
 
 def test_generation_block_and_helpers():
-    t = ChatTemplate("{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}"
-                     "{{ {'a': [1, 2]} | tojson(indent=1) }}{{ strftime_now('%Y') | length }}", "h")
+    t = ChatTemplate(
+        "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}"
+        "{{ {'a': [1, 2]} | tojson(indent=1) }}{{ strftime_now('%Y') | length }}",
+        "h",
+    )
     out = t.render([{"role": "user", "content": "hi"}])
     assert out.startswith('hi{\n "a"') and out.endswith("4")
     with pytest.raises(TemplateError, match="nope"):
         ChatTemplate("{{ raise_exception('nope') }}", "r").render([{"role": "user", "content": "x"}])
 
 
-@pytest.mark.parametrize("bad, match", [
-    ([{"content": "x"}], "no 'role'"),
-    ([{"role": "wizard", "content": "x"}], "unknown role"),
-    ([{"role": "user"}], "no 'content'"),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}], "unsupported type"),
-    ([], "non-empty"),
-    (["hello"], "must be a dict"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ([{"content": "x"}], "no 'role'"),
+        ([{"role": "wizard", "content": "x"}], "unknown role"),
+        ([{"role": "user"}], "no 'content'"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}], "unsupported type"),
+        ([], "non-empty"),
+        (["hello"], "must be a dict"),
+    ],
+)
 def test_bad_messages(bad, match):
     with pytest.raises(ValueError, match=match):
         validate_messages(bad)
 
 
 def test_content_parts_are_joined():
-    msgs = validate_messages([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
+    msgs = validate_messages(
+        [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    )
     assert msgs[0]["content"] == "ab"
 
 
@@ -262,8 +331,9 @@ def test_json_mode_output_parses_whenever_it_stops(llm):
     msgs = [{"role": "user", "content": "Give a JSON object describing a cat with a name and an age."}]
     stopped = 0
     for seed in range(4):
-        out = llm.create_chat_completion(msgs, response_format={"type": "json_object"}, max_tokens=400,
-                                         temperature=0.8, seed=seed)
+        out = llm.create_chat_completion(
+            msgs, response_format={"type": "json_object"}, max_tokens=400, temperature=0.8, seed=seed
+        )
         choice, text = out["choices"][0], out["choices"][0]["message"]["content"]
         if choice["finish_reason"] == "stop":
             assert isinstance(json.loads(text), dict), text
@@ -285,8 +355,10 @@ def test_bad_response_format_is_refused(llm):
 
 
 def test_assistant_prefill_continues_the_given_text(llm):
-    msgs = [{"role": "user", "content": "List three fruits."},
-            {"role": "assistant", "content": "Here are three fruits: 1. Apple, 2."}]
+    msgs = [
+        {"role": "user", "content": "List three fruits."},
+        {"role": "assistant", "content": "Here are three fruits: 1. Apple, 2."},
+    ]
     # Both sides from an empty cache: a prompt found in the cache evaluates its last token alone,
     # and on AVX2 CPUs that moves a near tie here (the plain side stopped two tokens earlier).
     llm.reset()

@@ -13,8 +13,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llama_ffi", *args], cwd=REPO, input=stdin,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "llama_ffi", *args], cwd=REPO, input=stdin, capture_output=True, text=True, timeout=300
+    )
 
 
 PROMPT = "The capital of France is"
@@ -42,10 +43,18 @@ def test_complete_without_a_model_uses_the_default(smollm2_path):
 
 
 def test_chat_keeps_history(smollm2_path):
-    two_turns = run("chat", "-m", str(smollm2_path), "-n", "24", "--temp", "0",
-                    stdin="My name is Ada. Reply with OK.\nWhat is my name?\n")
+    two_turns = run(
+        "chat",
+        "-m",
+        str(smollm2_path),
+        "-n",
+        "24",
+        "--temp",
+        "0",
+        stdin="My name is Ada. Reply with OK.\nWhat is my name?\n",
+    )
     assert two_turns.returncode == 0, two_turns.stderr
-    replies = [l for l in two_turns.stdout.splitlines() if l.strip()]
+    replies = [line for line in two_turns.stdout.splitlines() if line.strip()]
     alone = run("chat", "-m", str(smollm2_path), "-n", "24", "--temp", "0", stdin="What is my name?\n")
     # greedy: the second reply differs from the same question asked without the first turn
     assert len(replies) >= 2 and alone.stdout.strip() and replies[-1] != alone.stdout.strip()
@@ -57,10 +66,12 @@ def test_bad_model_path_is_a_clear_error(tmp_path):
 
 
 # A text the model continues by copying it: drafts from the prompt are accepted.
-COPY = ("Llamas are domesticated South American camelids, widely used as meat and pack animals by Andean "
-        "cultures since the pre-Columbian era. Llamas are social animals and live with others as a herd. "
-        "Their wool is soft and contains only a small amount of lanolin.\n\n"
-        "Here is the same paragraph again, copied word for word:\n\nLlamas are domesticated")
+COPY = (
+    "Llamas are domesticated South American camelids, widely used as meat and pack animals by Andean "
+    "cultures since the pre-Columbian era. Llamas are social animals and live with others as a herd. "
+    "Their wool is soft and contains only a small amount of lanolin.\n\n"
+    "Here is the same paragraph again, copied word for word:\n\nLlamas are domesticated"
+)
 
 
 def test_speculative_flags_keep_the_output_and_report_the_drafts(smollm2_path):

@@ -11,15 +11,15 @@ import threading
 
 import numpy as np
 import pytest
+import reference_tools
+from conftest import REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from near_tie import assert_same_or_near_tie
 
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.text_output import StopMatcher
 from llama_ffi.high.tokenizer import TextStream
-import reference_tools
-from conftest import REPO_ROOT
-from near_tie import assert_same_or_near_tie
 
 STORY = "Write a short story about a robot:"
 
@@ -42,6 +42,7 @@ def sampled(llm, **kw) -> str:
 
 # ---- greedy identity with llama.cpp's own llama-simple ---------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def llama_simple(tree):
     from tools.native_build import build_reference_tools
@@ -50,14 +51,16 @@ def llama_simple(tree):
 
 
 def reference_greedy(binary, model, prompt: str, n_predict: int) -> bytes:
-    out = subprocess.run([str(binary), "-m", str(model), "-n", str(n_predict), prompt],
-                         capture_output=True, check=True, timeout=300)
+    out = subprocess.run(
+        [str(binary), "-m", str(model), "-n", str(n_predict), prompt], capture_output=True, check=True, timeout=300
+    )
     return out.stdout
 
 
 @pytest.mark.parametrize("which", ["smollm2_path", "gemma3_path"])
-@pytest.mark.parametrize("prompt", ["The capital of France is", "def fibonacci(n):",
-                                    "Les trois couleurs du drapeau", "1, 1, 2, 3, 5, 8,"])
+@pytest.mark.parametrize(
+    "prompt", ["The capital of France is", "def fibonacci(n):", "Les trois couleurs du drapeau", "1, 1, 2, 3, 5, 8,"]
+)
 def test_greedy_matches_llama_simple(request, llama_simple, which, prompt):
     path = request.getfixturevalue(which)
     n_predict = 24
@@ -71,23 +74,24 @@ def test_greedy_matches_llama_simple(request, llama_simple, which, prompt):
         generated = list(m.generate(tokens, temperature=0.0, max_tokens=n_predict))
         ours = echo + b"".join(m.tokenizer.piece(t, special=True) for t in generated) + b"\n"
     assert len(generated) >= n_predict - 1
-    assert ours == ref or (ours[:-1] == ref[:len(ours) - 1] and len(ref) > len(ours)), (ours, ref)
+    assert ours == ref or (ours[:-1] == ref[: len(ours) - 1] and len(ref) > len(ours)), (ours, ref)
 
 
 # ---- the tiny model through the high-level API ---------------------------------------------------
+
 
 def test_tiny_model_greedy_matches_oracle(tiny_model_path, tiny_config):
     from tiny_llama import greedy, weights
 
     prompt = [1, 300, 301, 302, 303]
     want = greedy(tiny_config, weights(tiny_config), prompt, 10)
-    with Llama(tiny_model_path, n_ctx=64, type_k="f32", type_v="f32", flash_attn=False,
-               progress=False) as m:
+    with Llama(tiny_model_path, n_ctx=64, type_k="f32", type_v="f32", flash_attn=False, progress=False) as m:
         got = list(m.generate(prompt, temperature=0.0, max_tokens=10))
     assert got == want
 
 
 # ---- determinism ---------------------------------------------------------------------------------------
+
 
 def test_streaming_and_plain_give_the_same_text(llm):
     plain = text_of(llm(STORY, max_tokens=32, temperature=0.0))
@@ -120,6 +124,7 @@ def test_prefix_reused_from_the_cache_gives_plain_greedy_output(llm):
 
 # ---- every sampler parameter reaches the chain ----------------------------------------------------
 
+
 def test_truncating_to_one_candidate_is_greedy(llm):
     greedy = sampled(llm, temperature=0.0)
     assert sampled(llm, top_k=1) == greedy
@@ -131,15 +136,29 @@ def test_truncating_to_one_candidate_is_greedy(llm):
 # Each parameter with llama-completion's flag for it: a seeded sampled run equals llama.cpp's own
 # (the same sampler chain, order and RNG), and differs from the run without the parameter.
 SAMPLER_FLAGS = {
-    "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
-    "typical_p": "--typical", "xtc_probability": "--xtc-probability", "xtc_threshold": "--xtc-threshold",
-    "dynatemp_range": "--dynatemp-range", "dynatemp_exponent": "--dynatemp-exp",
-    "top_n_sigma": "--top-nsigma", "adaptive_target": "--adaptive-target",
-    "adaptive_decay": "--adaptive-decay", "mirostat_mode": "--mirostat", "mirostat_tau": "--mirostat-ent",
-    "mirostat_eta": "--mirostat-lr", "repeat_penalty": "--repeat-penalty",
-    "frequency_penalty": "--frequency-penalty", "presence_penalty": "--presence-penalty",
-    "penalty_last_n": "--repeat-last-n", "dry_multiplier": "--dry-multiplier", "dry_base": "--dry-base",
-    "dry_allowed_length": "--dry-allowed-length", "dry_penalty_last_n": "--dry-penalty-last-n",
+    "temperature": "--temp",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "min_p": "--min-p",
+    "typical_p": "--typical",
+    "xtc_probability": "--xtc-probability",
+    "xtc_threshold": "--xtc-threshold",
+    "dynatemp_range": "--dynatemp-range",
+    "dynatemp_exponent": "--dynatemp-exp",
+    "top_n_sigma": "--top-nsigma",
+    "adaptive_target": "--adaptive-target",
+    "adaptive_decay": "--adaptive-decay",
+    "mirostat_mode": "--mirostat",
+    "mirostat_tau": "--mirostat-ent",
+    "mirostat_eta": "--mirostat-lr",
+    "repeat_penalty": "--repeat-penalty",
+    "frequency_penalty": "--frequency-penalty",
+    "presence_penalty": "--presence-penalty",
+    "penalty_last_n": "--repeat-last-n",
+    "dry_multiplier": "--dry-multiplier",
+    "dry_base": "--dry-base",
+    "dry_allowed_length": "--dry-allowed-length",
+    "dry_penalty_last_n": "--dry-penalty-last-n",
     "seed": "--seed",
 }
 SAMPLED = dict(max_tokens=24, seed=7, temperature=1.0)
@@ -160,29 +179,44 @@ def completion_flags(kwargs: dict) -> list[str]:
     return flags
 
 
-@pytest.mark.parametrize("on, change", [
-    ({}, dict(temperature=3.0)), ({}, dict(top_k=3)), ({}, dict(top_p=0.5)), ({}, dict(min_p=0.3)),
-    ({}, dict(typical_p=0.3)), ({}, dict(xtc_probability=1.0, xtc_threshold=0.05)),
-    ({}, dict(dynatemp_range=0.9)), ({}, dict(top_n_sigma=0.5)), ({}, dict(adaptive_target=0.2)),
-    ({}, dict(mirostat_mode=1)), ({}, dict(mirostat_mode=2)), ({}, dict(repeat_penalty=1.5)),
-    ({}, dict(frequency_penalty=1.5)), ({}, dict(presence_penalty=1.5)),
-    ({}, dict(dry_multiplier=3.0, dry_allowed_length=1)), ({}, dict(seed=8)),
-    (dict(dynatemp_range=0.9), dict(dynatemp_exponent=4.0)),
-    (dict(xtc_probability=1.0, xtc_threshold=0.05), dict(xtc_threshold=0.3)),
-    (dict(mirostat_mode=2), dict(mirostat_tau=1.0)),
-    (dict(mirostat_mode=2, mirostat_tau=2.0), dict(mirostat_eta=0.9)),
-    (dict(mirostat_mode=1), dict(mirostat_tau=1.0)),
-    (dict(adaptive_target=0.2), dict(adaptive_decay=0.1)),
-    (dict(repeat_penalty=1.5), dict(penalty_last_n=0)),
-    (dict(dry_multiplier=0.5, dry_allowed_length=1), dict(dry_base=1.2)),
-    (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_allowed_length=4)),
-    (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_penalty_last_n=0)),
-    (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_sequence_breakers=[" ", ","])),
-], ids=lambda d: ",".join(d) or "defaults")
+@pytest.mark.parametrize(
+    "on, change",
+    [
+        ({}, dict(temperature=3.0)),
+        ({}, dict(top_k=3)),
+        ({}, dict(top_p=0.5)),
+        ({}, dict(min_p=0.3)),
+        ({}, dict(typical_p=0.3)),
+        ({}, dict(xtc_probability=1.0, xtc_threshold=0.05)),
+        ({}, dict(dynatemp_range=0.9)),
+        ({}, dict(top_n_sigma=0.5)),
+        ({}, dict(adaptive_target=0.2)),
+        ({}, dict(mirostat_mode=1)),
+        ({}, dict(mirostat_mode=2)),
+        ({}, dict(repeat_penalty=1.5)),
+        ({}, dict(frequency_penalty=1.5)),
+        ({}, dict(presence_penalty=1.5)),
+        ({}, dict(dry_multiplier=3.0, dry_allowed_length=1)),
+        ({}, dict(seed=8)),
+        (dict(dynatemp_range=0.9), dict(dynatemp_exponent=4.0)),
+        (dict(xtc_probability=1.0, xtc_threshold=0.05), dict(xtc_threshold=0.3)),
+        (dict(mirostat_mode=2), dict(mirostat_tau=1.0)),
+        (dict(mirostat_mode=2, mirostat_tau=2.0), dict(mirostat_eta=0.9)),
+        (dict(mirostat_mode=1), dict(mirostat_tau=1.0)),
+        (dict(adaptive_target=0.2), dict(adaptive_decay=0.1)),
+        (dict(repeat_penalty=1.5), dict(penalty_last_n=0)),
+        (dict(dry_multiplier=0.5, dry_allowed_length=1), dict(dry_base=1.2)),
+        (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_allowed_length=4)),
+        (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_penalty_last_n=0)),
+        (dict(dry_multiplier=3.0, dry_allowed_length=1), dict(dry_sequence_breakers=[" ", ","])),
+    ],
+    ids=lambda d: ",".join(d) or "defaults",
+)
 def test_each_sampler_parameter_matches_llama_completion(llm, llama_completion, smollm2_path, on, change):
     kwargs = {**SAMPLED, **on, **change}
-    want = reference_tools.completion(llama_completion, smollm2_path, STORY, SAMPLED["max_tokens"],
-                                      llm.context.n_ctx, completion_flags(kwargs))
+    want = reference_tools.completion(
+        llama_completion, smollm2_path, STORY, SAMPLED["max_tokens"], llm.context.n_ctx, completion_flags(kwargs)
+    )
     llm.reset()  # a fresh context, as llama-completion's
     got = text_of(llm(STORY, **kwargs))
     assert got.rstrip("\n") == want  # the reference's trailing newlines are stripped
@@ -199,11 +233,21 @@ def test_logit_bias_forces_and_bans(llm):
     assert llm.tokenize(text_of(banned), add_bos=False)[0] != greedy_first
 
 
-@pytest.mark.parametrize("bad", [
-    dict(top_p=1.5), dict(min_p=-0.1), dict(temperature=float("nan")), dict(mirostat_mode=3),
-    dict(xtc_probability=2.0), dict(seed=-2), dict(logit_bias={10**9: 1.0}), dict(penalty_last_n=-2),
-    dict(dry_sequence_breakers="abc"), dict(adaptive_decay=1.5),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(top_p=1.5),
+        dict(min_p=-0.1),
+        dict(temperature=float("nan")),
+        dict(mirostat_mode=3),
+        dict(xtc_probability=2.0),
+        dict(seed=-2),
+        dict(logit_bias={10**9: 1.0}),
+        dict(penalty_last_n=-2),
+        dict(dry_sequence_breakers="abc"),
+        dict(adaptive_decay=1.5),
+    ],
+)
 def test_out_of_range_sampler_parameters_are_refused(llm, bad):
     with pytest.raises((ValueError, TypeError)):
         llm(STORY, max_tokens=2, **bad)
@@ -221,6 +265,7 @@ def test_unknown_sampler_parameter_is_refused(llm):
 
 # ---- stop strings, logprobs, grammar, processors, criteria -----------------------------------------
 
+
 def test_stop_string_spanning_tokens_never_leaks(llm):
     prompt = "The capital of France is"
     llm.reset()
@@ -228,11 +273,10 @@ def test_stop_string_spanning_tokens_never_leaks(llm):
     pieces = [llm.tokenizer.piece(t).decode("utf-8") for t in tokens]
     full = "".join(pieces)
     # a stop string across a token boundary: the end of one word piece and the start of the next
-    k = next(i for i in range(1, len(pieces))
-             if len(pieces[i - 1].strip()) >= 2 and len(pieces[i].strip()) >= 2)
+    k = next(i for i in range(1, len(pieces)) if len(pieces[i - 1].strip()) >= 2 and len(pieces[i].strip()) >= 2)
     boundary = len("".join(pieces[:k]))
-    stop = full[boundary - 2:boundary + 2]
-    cut = full[:full.index(stop)]
+    stop = full[boundary - 2 : boundary + 2]
+    cut = full[: full.index(stop)]
     llm.reset()  # every run evaluates the prompt in one batch
     out = llm(prompt, max_tokens=24, temperature=0.0, stop=[stop, "zzzz"])
     assert text_of(out) == cut and out["choices"][0]["finish_reason"] == "stop"
@@ -255,7 +299,7 @@ def test_logprobs(llm):
     lp = out["choices"][0]["logprobs"]
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 6
     assert "".join(lp["tokens"]) == text_of(out)
-    for tok, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+    for _, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
         assert len(top) == 3 and val <= 0.0
         assert max(top.values()) == pytest.approx(val)  # greedy picks the most likely token
         assert sum(np.exp(v) for v in top.values()) <= 1.0 + 1e-6
@@ -271,7 +315,7 @@ def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     llm.reset()
     out = llm(prompt, max_tokens=6, temperature=0.7, seed=3, logprobs=4)
     lp = out["choices"][0]["logprobs"]
-    generated = list(llm.tokens[len(prompt):])  # all but the last generated token are decoded
+    generated = list(llm.tokens[len(prompt) :])  # all but the last generated token are decoded
     assert len(generated) == 5
     with Llama(llm.model_path, n_ctx=512, n_threads=2, logits_all=True, progress=False) as every_row:
         every_row.eval(prompt + generated)  # one batch, every position's logits kept
@@ -280,8 +324,11 @@ def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     for i, (piece, val, top) in enumerate(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])):
         logits = rows[len(prompt) - 1 + i].astype(np.float64)
         want = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
-        candidates = [generated[i]] if i < len(generated) else [
-            t for t in range(llm.n_vocab) if llm.tokenizer.piece(t).decode("utf-8", "replace") == piece]
+        candidates = (
+            [generated[i]]
+            if i < len(generated)
+            else [t for t in range(llm.n_vocab) if llm.tokenizer.piece(t).decode("utf-8", "replace") == piece]
+        )
         assert any(val == pytest.approx(want[t], abs=tolerance) for t in candidates), (i, val)
         best = np.argsort(-want)[:4]
         assert list(top.values()) == pytest.approx(list(want[best]), abs=tolerance)
@@ -292,8 +339,7 @@ def test_grammar_constrains_output(llm):
     yes_no = LlamaGrammar.from_string('root ::= "yes" | "no"')
     for seed in range(3):
         assert text_of(llm("Is the sky blue?", max_tokens=8, grammar=yes_no, seed=seed)) in ("yes", "no")
-    array = LlamaGrammar.from_string(
-        'root ::= "[" ws num ("," ws num){0,4} "]"\nnum ::= [0-9]{1,3}\nws ::= " "?')
+    array = LlamaGrammar.from_string('root ::= "[" ws num ("," ws num){0,4} "]"\nnum ::= [0-9]{1,3}\nws ::= " "?')
     out = text_of(llm("Some numbers:", max_tokens=60, grammar=array, temperature=0.7, seed=1))
     assert all(isinstance(x, int) for x in json.loads(out))
 
@@ -362,6 +408,7 @@ def test_max_tokens_none_runs_to_the_end_of_the_context(smollm2_path):
 
 # ---- reuse and state -----------------------------------------------------------------------------------
 
+
 def test_prefix_reuse_evaluates_only_the_suffix(llm):
     llm.reset()
     base = "The quick brown fox jumps over the lazy dog. " * 4
@@ -406,13 +453,19 @@ def test_state_round_trip_bytes_and_file(llm, tmp_path):
 
 # ---- ownership, threads, Ctrl-C ------------------------------------------------------------------------
 
+
 def test_close_and_use_after_close(smollm2_path):
     m = Llama(smollm2_path, n_ctx=64, progress=False)
     assert m.tokenize("hi")
     m.close()
     m.close()  # idempotent
-    for call in (lambda: m.tokenize("hi"), lambda: m("hi", max_tokens=1), lambda: m.n_ctx,
-                 lambda: m.detokenize([1]), lambda: m.save_state()):
+    for call in (
+        lambda: m.tokenize("hi"),
+        lambda: m("hi", max_tokens=1),
+        lambda: m.n_ctx,
+        lambda: m.detokenize([1]),
+        lambda: m.save_state(),
+    ):
         with pytest.raises(RuntimeError, match="closed"):
             call()
 
@@ -509,10 +562,14 @@ def test_sigint_ignored_by_the_parent_stays_ignored(smollm2_path):
     generation either."""
     import time
 
-    child = subprocess.Popen([sys.executable, "-c", IGNORED_SIGINT_CHILD, str(smollm2_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-                             env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    child = subprocess.Popen(
+        [sys.executable, "-c", IGNORED_SIGINT_CHILD, str(smollm2_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+    )
     assert child.stdout.readline().strip() == "ready"
     for _ in range(5):
         time.sleep(0.1)
@@ -523,6 +580,7 @@ def test_sigint_ignored_by_the_parent_stays_ignored(smollm2_path):
 
 
 # ---- UTF-8 ---------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=200, deadline=None)
 # Assigned code points only: llama.cpp's BPE pre-tokenizer drops the lead byte of unassigned
@@ -583,8 +641,11 @@ def test_progress_bar_while_loading(smollm2_path, capfd):
 
 
 @settings(max_examples=60, deadline=None)
-@given(values=st.lists(st.integers(-3, 3), min_size=1, max_size=300), top=st.integers(0, 49151),
-       n_vocab=st.sampled_from([1, 63, 64, 65, 1000, 49152]))
+@given(
+    values=st.lists(st.integers(-3, 3), min_size=1, max_size=300),
+    top=st.integers(0, 49151),
+    n_vocab=st.sampled_from([1, 63, 64, 65, 1000, 49152]),
+)
 def test_greedy_argmax_is_the_first_maximum(llm, values, top, n_vocab):
     """The C argmax (blockwise, vectorised) against numpy's first-maximum rule, ties included."""
     from llama_ffi import ffi, lib
@@ -603,8 +664,9 @@ def test_tokens_the_model_suppresses_are_never_sampled(tmp_path):
     import gguf_corpus
 
     prompt = [1, 300, 301, 302]
-    with Llama(gguf_corpus.write_parts(tmp_path / "plain.gguf", gguf_corpus.clean_parts()),
-               n_ctx=64, progress=False) as plain:
+    with Llama(
+        gguf_corpus.write_parts(tmp_path / "plain.gguf", gguf_corpus.clean_parts()), n_ctx=64, progress=False
+    ) as plain:
         first = plain(prompt, max_tokens=1, temperature=0.0)
         banned = plain.tokenize(first["choices"][0]["text"], add_bos=False)[-1]
     parts = gguf_corpus.clean_parts()

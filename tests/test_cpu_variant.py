@@ -42,8 +42,14 @@ def probe(model: Path, variant: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in (_cpu_variant.ENV, "LD_LIBRARY_PATH")}
     if variant is not None:
         env[_cpu_variant.ENV] = variant
-    return subprocess.run([sys.executable, "-c", PROBE, str(model), PROMPT], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, str(model), PROMPT],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
 
 
 def cpu_flags() -> set[str]:

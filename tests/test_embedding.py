@@ -3,10 +3,10 @@ pinned tree's convert_hf_to_gguf.py) and an independent numpy BERT reference."""
 
 from __future__ import annotations
 
+import minilm
 import numpy as np
 import pytest
 
-import minilm
 from llama_ffi import lib
 from llama_ffi.high import Llama, LlamaEmbedding
 from llama_ffi.high.embedding import normalize, rerank_tokens
@@ -147,8 +147,12 @@ def test_bad_input(embedder, smollm2_path):
 
 def test_rank_scores_one_per_document(tree, weights, hf_tokenizer):
     query = "What is the capital of France?"
-    docs = ["Paris is the capital of France.", "Bananas are yellow.", "The Eiffel Tower is in Paris.",
-            "Berlin is in Germany."]
+    docs = [
+        "Paris is the capital of France.",
+        "Bananas are yellow.",
+        "The Eiffel Tower is in Paris.",
+        "Berlin is in Germany.",
+    ]
     with LlamaEmbedding(minilm.rank_gguf_path(tree), pooling_type=lib.LLAMA_POOLING_TYPE_RANK) as m:
         scores = m.rank(query, docs)
         assert len(scores) == len(docs) and all(isinstance(s, float) for s in scores)
@@ -158,6 +162,6 @@ def test_rank_scores_one_per_document(tree, weights, hf_tokenizer):
             # llama.cpp's layout: [CLS] query [SEP] ... document [SEP], all token type 0
             ids = rerank_tokens(m.tokenizer, m._model.ptr, query, doc)
             q, d = hf_tokenizer(query)["input_ids"], hf_tokenizer(doc)["input_ids"]
-            assert ids[:len(q)] == q and ids[-len(d) + 1:] == d[1:]
+            assert ids[: len(q)] == q and ids[-len(d) + 1 :] == d[1:]
             assert score == pytest.approx(minilm.reference_rank(weights, ids), abs=2e-3)
         assert len(set(scores)) == len(scores)

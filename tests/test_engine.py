@@ -12,11 +12,11 @@ import threading
 import time
 
 import pytest
-
 import tiny_adapters
+from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
+
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
-from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = [f"Question {i}: name a city in country number {i}. Answer:" for i in range(8)]
@@ -144,8 +144,9 @@ def test_close_waits_for_a_request_in_flight(smollm2_path):
     llm = Llama(smollm2_path, n_ctx=1024, n_threads=2, progress=False)
     ban = {llm.token_eos(): -float("inf")}
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(out=llm("Once upon a time", max_tokens=96, logit_bias=ban,
-                                                                     **GREEDY)))
+    thread = threading.Thread(
+        target=lambda: result.update(out=llm("Once upon a time", max_tokens=96, logit_bias=ban, **GREEDY))
+    )
     thread.start()
     while llm.n_evaluated < 20:  # it is decoding
         time.sleep(0.01)
@@ -214,8 +215,9 @@ def test_asyncio_requests_run_together_without_blocking_the_loop(llm, plain):
 
 def test_cancelling_an_asyncio_task_frees_its_slot(llm):
     async def main():
-        task = asyncio.create_task(llm.acreate_completion(PROMPTS[0], max_tokens=500,
-                                                          logit_bias={llm.token_eos(): -float("inf")}, **GREEDY))
+        task = asyncio.create_task(
+            llm.acreate_completion(PROMPTS[0], max_tokens=500, logit_bias={llm.token_eos(): -float("inf")}, **GREEDY)
+        )
         while llm.n_evaluated == before:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)
@@ -244,8 +246,7 @@ def test_concurrent_requests_under_different_adapters_each_equal_their_adapter_a
         llm.load_lora("coder", lora)
         want = [text_of(llm(STORY, max_tokens=16, active_loras=s, **GREEDY)) for s in selections]
         assert len(set(want[:3])) == 3
-        outs = run_threads([lambda s=s: llm(STORY, max_tokens=16, active_loras=s, **GREEDY)
-                            for s in selections])
+        outs = run_threads([lambda s=s: llm(STORY, max_tokens=16, active_loras=s, **GREEDY) for s in selections])
         # one selection per step: each request's steps decode it alone, so the texts are equal
         assert [text_of(o) for o in outs] == want
 
@@ -275,15 +276,23 @@ def test_save_and_load_state_carry_the_adapter_selection(smollm2_path, tmp_path)
 def test_speculating_threads_share_steps_and_each_gets_its_own_answer(kind, smollm2_path, plain):
     """Drafts of several sequences are verified in the same batches (not one sequence at a time),
     and every answer is plain greedy decoding's or an explained near tie."""
-    spec = (KINDS[kind]["speculative"] if kind == "ngram"
-            else SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4))
-    prompts = [f"Count from {i} to {i + 30}, separated by commas: {i}, {i + 1}, {i + 2}," for i in range(4)]
+    spec = (
+        KINDS[kind]["speculative"]
+        if kind == "ngram"
+        else SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4)
+    )
+    # two callers: steps draft while at most engine.speculation.DRAFTING_SEQUENCES sequences generate
+    prompts = [f"Count from {i} to {i + 30}, separated by commas: {i}, {i + 1}, {i + 2}," for i in range(2)]
     with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False, speculative=spec) as llm:
         seen = []
 
         def watch(ids, logits):  # which sequences generate at once, and whether drafts were pending
-            seen.append((sum(c.drafting is not None for c in llm.engine._generating),
-                         sum(bool(c.drafting and c.drafting.draft) for c in llm.engine._generating)))
+            seen.append(
+                (
+                    sum(c.drafting is not None for c in llm.engine._generating),
+                    sum(bool(c.drafting and c.drafting.draft) for c in llm.engine._generating),
+                )
+            )
             return logits
 
         outs = run_threads([lambda p=p: llm(p, max_tokens=32, logits_processor=[watch], **GREEDY) for p in prompts])
@@ -299,8 +308,13 @@ def test_speculating_threads_share_steps_and_each_gets_its_own_answer(kind, smol
 def test_each_choice_has_its_own_reasoning_budget(llm):
     from llama_ffi.high.chat.completion import render_prompt
 
-    kw = dict(max_tokens=40, reasoning_budget=3, reasoning_budget_message=" Time is up.",
-              reasoning_start_in_prompt=True, chat_handler=lambda messages, **k: render_prompt(llm, messages) + "<think>\n")
+    kw = dict(
+        max_tokens=40,
+        reasoning_budget=3,
+        reasoning_budget_message=" Time is up.",
+        reasoning_start_in_prompt=True,
+        chat_handler=lambda messages, **k: render_prompt(llm, messages) + "<think>\n",
+    )
     messages = [{"role": "user", "content": "Why is the sky blue?"}]
     alone = llm.create_chat_completion(messages, temperature=0, **kw)["choices"][0]["message"]
     both = llm.create_chat_completion(messages, n=2, temperature=0, **kw)["choices"]
@@ -335,8 +349,9 @@ t.join()
 
 
 def test_grammar_parsing_loses_no_other_thread_s_stderr(smollm2_path):
-    out = subprocess.run([sys.executable, "-c", GRAMMAR_AND_STDERR, REPO, str(smollm2_path)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", GRAMMAR_AND_STDERR, REPO, str(smollm2_path)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stderr.splitlines()
     total = int(next(line for line in lines if line.startswith("wrote ")).split()[1])

@@ -45,7 +45,7 @@ def test_a_cache_file_cut_short_is_a_miss_and_is_dropped(smollm2_path, tmp_path)
         llm("Something else entirely.", max_tokens=4, **GREEDY)  # takes the only slot: LONG is stored
     [stored] = tmp_path.glob("*.llama-ffi-state")
     data = stored.read_bytes()
-    stored.write_bytes(data[:len(data) * 6 // 10])
+    stored.write_bytes(data[: len(data) * 6 // 10])
     with open_llama() as llm:
         n_prompt = len(llm.tokenize(LONG))
         before = llm.engine.stats.prompt_tokens

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from header_copies import copy_headers, insert_before_closing
 
 import build_ffi
-from header_copies import copy_headers, insert_before_closing
 from llama_ffi import lib
 from tools.gen import GenerationError, generate
 from tools.gen.parse import FUNCTION

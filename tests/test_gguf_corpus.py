@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import collections
 
-import pytest
-
 import gguf_corpus
+import pytest
 from conftest import REPO_ROOT
+
 from llama_ffi.high import Llama
 
 
@@ -44,15 +44,18 @@ def test_errors_are_value_errors_naming_the_file(corpus):
 
 
 # What llama.cpp asserts on (each aborted the process before validation): the reason is named.
-@pytest.mark.parametrize("mutation, reason", [
-    ("block_count_0", r"block_count is 0; llama.cpp needs 1 to 512 layers"),
-    ("block_count_1000", r"block_count is 1000"),
-    ("attn_norm_q8_0", r"'blk.0.attn_norm.weight' has type q8_0; norms and biases must be f32"),
-    ("output_norm_f16", r"'output_norm.weight' has type f16"),
-    ("ffn_norm_f16", r"'blk.1.ffn_norm.weight' has type f16"),
-    ("vocab_duplicate_token", r"token 301 .* repeats token 300"),
-    ("rms_eps_nan", r"layer_norm_rms_epsilon is nan"),
-])
+@pytest.mark.parametrize(
+    "mutation, reason",
+    [
+        ("block_count_0", r"block_count is 0; llama.cpp needs 1 to 512 layers"),
+        ("block_count_1000", r"block_count is 1000"),
+        ("attn_norm_q8_0", r"'blk.0.attn_norm.weight' has type q8_0; norms and biases must be f32"),
+        ("output_norm_f16", r"'output_norm.weight' has type f16"),
+        ("ffn_norm_f16", r"'blk.1.ffn_norm.weight' has type f16"),
+        ("vocab_duplicate_token", r"token 301 .* repeats token 300"),
+        ("rms_eps_nan", r"layer_norm_rms_epsilon is nan"),
+    ],
+)
 def test_assertions_llama_cpp_would_hit_are_named(tmp_path, mutation, reason):
     parts = gguf_corpus.clean_parts()
     gguf_corpus.PART_MUTATIONS[mutation](parts)

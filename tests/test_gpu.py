@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from near_tie import assert_same_or_near_tie, bound_across
 
 import llama_ffi
-from near_tie import assert_same_or_near_tie, bound_across
 
 GPU_BACKENDS = {"Vulkan", "CUDA", "HIP", "ROCm", "Metal", "SYCL", "MUSA", "OpenCL", "CANN"}
 PROMPT = "The capital of France is"
@@ -60,8 +60,14 @@ def run_on_gpu(tmp_path: Path, model: Path | None = None) -> dict:
     env.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
     args = [str(model), str(tmp_path / "logits.npy")] if model else []
     code = _RUN % {"prompt": PROMPT, "n": N_TOKENS, "tests": str(Path(__file__).resolve().parent)}
-    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
-                          timeout=900, cwd=Path(__file__).resolve().parent.parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -70,12 +76,16 @@ def run_on_gpu(tmp_path: Path, model: Path | None = None) -> dict:
 def gpu(tmp_path_factory):
     built = GPU_BACKENDS & set(llama_ffi.build_info()["backends"])
     if not built:
-        pytest.skip("this build has no GPU backend (CPU only): build with "
-                    "CMAKE_ARGS=\"-DGGML_VULKAN=ON\" (or CUDA, HIP, ...) to run the GPU tests")
+        pytest.skip(
+            "this build has no GPU backend (CPU only): build with "
+            'CMAKE_ARGS="-DGGML_VULKAN=ON" (or CUDA, HIP, ...) to run the GPU tests'
+        )
     probe = run_on_gpu(tmp_path_factory.mktemp("probe"))
     if not probe["devices"]:
-        pytest.skip(f"{', '.join(sorted(built))} built, but no device is present "
-                    "(for Vulkan without a GPU: install mesa-vulkan-drivers)")
+        pytest.skip(
+            f"{', '.join(sorted(built))} built, but no device is present "
+            "(for Vulkan without a GPU: install mesa-vulkan-drivers)"
+        )
     return probe["devices"]
 
 

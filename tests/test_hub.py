@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fake_hub import FakeHub
+
 from llama_ffi.high import Llama
 
 pytest.importorskip("huggingface_hub", reason="huggingface_hub is the optional [hf] extra")
@@ -27,36 +27,55 @@ try:
     if kind == "complete":
         with Llama.from_pretrained(**args, n_ctx=256, progress=False) as llm:
             print(json.dumps({"path": llm.model_path,
-                              "text": llm(%r, max_tokens=8, temperature=0)["choices"][0]["text"]}))
+                              "text": llm(PROMPT_REPR, max_tokens=8, temperature=0)["choices"][0]["text"]}))
     else:
         print(json.dumps({"path": str(hub.download(**args))}))
 except Exception as exc:
     print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
-""" % PROMPT
+""".replace("PROMPT_REPR", repr(PROMPT))
 
 
 def call(hub: FakeHub, cache: Path, kind: str, offline: bool = False, **args) -> dict:
-    env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(cache), HF_HUB_DISABLE_TELEMETRY="1",
-               HF_HUB_DISABLE_XET="1", HF_HUB_ETAG_TIMEOUT="5", HF_HUB_DOWNLOAD_TIMEOUT="10",
-               PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ,
+        HF_ENDPOINT=hub.endpoint,
+        HF_HUB_CACHE=str(cache),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_XET="1",
+        HF_HUB_ETAG_TIMEOUT="5",
+        HF_HUB_DOWNLOAD_TIMEOUT="10",
+        PYTHONPATH=str(REPO),
+    )
     env.pop("HF_HUB_OFFLINE", None)
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    out = subprocess.run([sys.executable, "-c", RUN, kind, json.dumps(args)], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, kind, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
     assert out.returncode == 0 and out.stdout.strip(), out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture
 def hub(smollm2_path):
-    server = FakeHub({
-        "tiny/smollm2": {"SmolLM2-135M-Instruct-Q4_1.gguf": smollm2_path, "README.md": b"# SmolLM2\n"},
-        "tiny/two": {"a-Q4_1.gguf": b"GGUF a", "b-Q4_1.gguf": b"GGUF b", "mmproj-f16.gguf": b"GGUF m"},
-        "tiny/split": {"big-Q8_0-00001-of-00002.gguf": b"GGUF 1", "big-Q8_0-00002-of-00002.gguf": b"GGUF 2",
-                       "broken-00001-of-00003.gguf": b"GGUF x"},
-        "tiny/cut": {"cut-Q4_1.gguf": bytes(range(256)) * 4096},
-    }, truncated={"cut-Q4_1.gguf"})
+    server = FakeHub(
+        {
+            "tiny/smollm2": {"SmolLM2-135M-Instruct-Q4_1.gguf": smollm2_path, "README.md": b"# SmolLM2\n"},
+            "tiny/two": {"a-Q4_1.gguf": b"GGUF a", "b-Q4_1.gguf": b"GGUF b", "mmproj-f16.gguf": b"GGUF m"},
+            "tiny/split": {
+                "big-Q8_0-00001-of-00002.gguf": b"GGUF 1",
+                "big-Q8_0-00002-of-00002.gguf": b"GGUF 2",
+                "broken-00001-of-00003.gguf": b"GGUF x",
+            },
+            "tiny/cut": {"cut-Q4_1.gguf": bytes(range(256)) * 4096},
+        },
+        truncated={"cut-Q4_1.gguf"},
+    )
     yield server
     server.stop()
 
@@ -111,13 +130,16 @@ def test_a_missing_repository_and_a_cut_download_are_clear_errors(hub, tmp_path)
 
 
 def test_cli_hf_repo_and_quant(hub, tmp_path, local_text):
-    env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(tmp_path), HF_HUB_DISABLE_XET="1",
-               PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(tmp_path), HF_HUB_DISABLE_XET="1", PYTHONPATH=str(REPO)
+    )
     env.pop("HF_HUB_OFFLINE", None)
     base = [sys.executable, "-m", "llama_ffi", "complete", PROMPT, "-n", "8", "--temp", "0", "-c", "256"]
-    out = subprocess.run(base + ["-hf", "tiny/smollm2:Q4_1"], capture_output=True, text=True, timeout=120,
-                         env=env, cwd=REPO)
+    out = subprocess.run(
+        base + ["-hf", "tiny/smollm2:Q4_1"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO
+    )
     assert out.returncode == 0 and out.stdout == local_text + "\n", out.stderr[-2000:]
-    bad = subprocess.run(base + ["-hf", "tiny/two", "--hf-file", "*.bin"], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=REPO)
+    bad = subprocess.run(
+        base + ["-hf", "tiny/two", "--hf-file", "*.bin"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO
+    )
     assert bad.returncode == 2 and "no file in tiny/two matches '*.bin'" in bad.stderr

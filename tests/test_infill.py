@@ -18,12 +18,17 @@ import pytest
 from llama_ffi import lib, rpc
 from llama_ffi.high import Llama
 
-FIM = {"tokenizer.ggml.fim_pre_token_id": 8, "tokenizer.ggml.fim_suf_token_id": 9,
-       "tokenizer.ggml.fim_mid_token_id": 10}
+FIM = {
+    "tokenizer.ggml.fim_pre_token_id": 8,
+    "tokenizer.ggml.fim_suf_token_id": 9,
+    "tokenizer.ggml.fim_mid_token_id": 10,
+}
 N_CTX, N_BATCH, N = 4096, 2048, 16
-CASES = [("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"),
-         ("The three primary colours are red, ", " and blue."),
-         ("x" * 3 + "\n" + "# a long prefix line\n" * 400, "return 0\n" * 300)]  # both cut to fit a batch
+CASES = [
+    ("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"),
+    ("The three primary colours are red, ", " and blue."),
+    ("x" * 3 + "\n" + "# a long prefix line\n" * 400, "return 0\n" * 300),
+]  # both cut to fit a batch
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +42,31 @@ class Server:
     def __init__(self, binary, model, *extra: str) -> None:
         self.port = rpc.free_port()
         overrides = [a for k, v in FIM.items() for a in ("--override-kv", f"{k}=int:{v}")]
-        self.proc = subprocess.Popen([str(binary), "-m", str(model), *overrides, "-c", str(N_CTX), "-b", str(N_BATCH),
-                                      "-np", "1", "-t", "2", "--host", "127.0.0.1", "--port", str(self.port),
-                                      "--no-warmup", *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                "-m",
+                str(model),
+                *overrides,
+                "-c",
+                str(N_CTX),
+                "-b",
+                str(N_BATCH),
+                "-np",
+                "1",
+                "-t",
+                "2",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-warmup",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -56,10 +82,19 @@ class Server:
 
     def infill(self, prefix: str, suffix: str) -> tuple[str, int]:
         """The middle (N tokens: end-of-generation barred) and how many prompt tokens it read."""
-        body = json.dumps({"input_prefix": prefix, "input_suffix": suffix, "n_predict": N, "temperature": 0,
-                           "ignore_eos": True, "cache_prompt": False}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/infill", data=body,
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "input_prefix": prefix,
+                "input_suffix": suffix,
+                "n_predict": N,
+                "temperature": 0,
+                "ignore_eos": True,
+                "cache_prompt": False,
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/infill", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=120) as r:
             out = json.loads(r.read())
         return out["content"], out["tokens_evaluated"]
@@ -81,8 +116,9 @@ def test_infill_equals_llama_server(llama_server, smollm2_path, spm):
         want = [server.infill(prefix, suffix) for prefix, suffix in CASES]
     finally:
         server.stop()
-    with Llama(smollm2_path, kv_overrides=FIM, n_ctx=N_CTX, n_batch=N_BATCH, n_threads=2, spm_infill=spm,
-               progress=False) as llm:
+    with Llama(
+        smollm2_path, kv_overrides=FIM, n_ctx=N_CTX, n_batch=N_BATCH, n_threads=2, spm_infill=spm, progress=False
+    ) as llm:
         vocab = llm._model.vocab_ptr  # the server's ignore_eos: every end-of-generation token barred
         never_end = {t: float("-inf") for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(vocab, t)}
         outs = []

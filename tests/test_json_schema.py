@@ -55,15 +55,20 @@ def test_corpus_grammars_generate_output_that_validates(tree, llm):
     """Each converted corpus schema, run: the model writes under its grammar, and every reply that
     ends by itself validates against the schema (jsonschema is the oracle)."""
     stopped, cut = [], []
-    for status, name, text in corpus(tree):
+    for _, name, text in corpus(tree):
         try:
             schema = json.loads(text)
             grammar = LlamaGrammar.from_string(schema_to_gbnf(schema))
         except (json.JSONDecodeError, UnsupportedSchemaError):
             continue
         llm.reset()
-        out = llm(f"A JSON value for the schema {text.strip()[:200]}:\n", max_tokens=96, grammar=grammar,
-                  temperature=0.7, seed=1)
+        out = llm(
+            f"A JSON value for the schema {text.strip()[:200]}:\n",
+            max_tokens=96,
+            grammar=grammar,
+            temperature=0.7,
+            seed=1,
+        )
         choice = out["choices"][0]
         if choice["finish_reason"] != "stop":
             cut.append(name)
@@ -78,14 +83,20 @@ def test_corpus_grammars_generate_output_that_validates(tree, llm):
 
 # ---- hypothesis family: output validates -------------------------------------------------------------
 def leaf_schemas():
-    short_string = st.builds(lambda lo, span: {"type": "string", "minLength": lo, "maxLength": lo + span},
-                             st.integers(0, 3), st.integers(1, 8))
+    short_string = st.builds(
+        lambda lo, span: {"type": "string", "minLength": lo, "maxLength": lo + span},
+        st.integers(0, 3),
+        st.integers(1, 8),
+    )
     return st.one_of(
         short_string,
-        st.just({"type": "integer"}), st.just({"type": "number"}), st.just({"type": "boolean"}),
+        st.just({"type": "integer"}),
+        st.just({"type": "number"}),
+        st.just({"type": "boolean"}),
         st.just({"type": "null"}),
-        st.lists(st.sampled_from(["red", "green", 3, None, True]), min_size=1, max_size=4, unique=True)
-        .map(lambda v: {"enum": v}),
+        st.lists(st.sampled_from(["red", "green", 3, None, True]), min_size=1, max_size=4, unique=True).map(
+            lambda v: {"enum": v}
+        ),
         st.sampled_from(["yes", 42, "fixed"]).map(lambda v: {"const": v}),
         st.sampled_from(["date", "time", "date-time", "uuid"]).map(lambda f: {"type": "string", "format": f}),
     )
@@ -97,12 +108,22 @@ def schemas():
     def extend(children):
         obj = st.dictionaries(names, children, min_size=1, max_size=4).flatmap(
             lambda props: st.builds(
-                lambda req, extra: {"type": "object", "properties": props, "required": req,
-                                    **({"additionalProperties": False} if extra else {})},
-                st.lists(st.sampled_from(sorted(props)), unique=True), st.booleans()))
-        arr = st.builds(lambda item, lo, span: {"type": "array", "items": item, "minItems": lo,
-                                                "maxItems": lo + span},
-                        children, st.integers(0, 2), st.integers(0, 2))
+                lambda req, extra: {
+                    "type": "object",
+                    "properties": props,
+                    "required": req,
+                    **({"additionalProperties": False} if extra else {}),
+                },
+                st.lists(st.sampled_from(sorted(props)), unique=True),
+                st.booleans(),
+            )
+        )
+        arr = st.builds(
+            lambda item, lo, span: {"type": "array", "items": item, "minItems": lo, "maxItems": lo + span},
+            children,
+            st.integers(0, 2),
+            st.integers(0, 2),
+        )
         any_of = st.lists(children, min_size=2, max_size=3).map(lambda opts: {"anyOf": opts})
         return st.one_of(obj, arr, any_of)
 
@@ -113,55 +134,81 @@ def schemas():
 @given(schema=schemas())
 def test_schema_mode_output_validates(llm, schema):
     messages = [{"role": "user", "content": "Give me an example JSON value."}]
-    out = llm.create_chat_completion(messages, max_tokens=400, temperature=0,
-                                     response_format={"type": "json_object", "schema": schema})
+    out = llm.create_chat_completion(
+        messages, max_tokens=400, temperature=0, response_format={"type": "json_object", "schema": schema}
+    )
     choice = out["choices"][0]
     assert choice["finish_reason"] == "stop", choice
     jsonschema.validate(json.loads(choice["message"]["content"]), schema)
 
 
 def test_openai_json_schema_form_and_refs(llm):
-    schema = {"$defs": {"person": {"type": "object", "properties": {
-                  "name": {"type": "string", "maxLength": 12},
-                  "born": {"$ref": "#/$defs/date"}},
-                  "required": ["name", "born"], "additionalProperties": False},
-                        "date": {"type": "string", "format": "date"}},
-              "type": "object", "properties": {"owner": {"$ref": "#/$defs/person"},
-                                               "pets": {"type": "array", "items": {"type": "string", "maxLength": 8},
-                                                        "maxItems": 3}},
-              "required": ["owner", "pets"]}
+    schema = {
+        "$defs": {
+            "person": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 12}, "born": {"$ref": "#/$defs/date"}},
+                "required": ["name", "born"],
+                "additionalProperties": False,
+            },
+            "date": {"type": "string", "format": "date"},
+        },
+        "type": "object",
+        "properties": {
+            "owner": {"$ref": "#/$defs/person"},
+            "pets": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3},
+        },
+        "required": ["owner", "pets"],
+    }
     fmt = {"type": "json_schema", "json_schema": {"name": "owner", "schema": schema, "strict": True}}
-    out = llm.create_chat_completion([{"role": "user", "content": "A person and their pets as JSON."}],
-                                     max_tokens=300, temperature=0, response_format=fmt)
+    out = llm.create_chat_completion(
+        [{"role": "user", "content": "A person and their pets as JSON."}],
+        max_tokens=300,
+        temperature=0,
+        response_format=fmt,
+    )
     value = json.loads(out["choices"][0]["message"]["content"])
     jsonschema.validate(value, schema)
 
 
 def test_recursive_refs_make_recursive_rules():
-    schema = {"$defs": {"node": {"type": "object", "properties": {
-        "value": {"type": "integer"},
-        "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/node"}]}}, "required": ["value", "next"]}},
-        "$ref": "#/$defs/node"}
+    schema = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "value": {"type": "integer"},
+                    "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/node"}]},
+                },
+                "required": ["value", "next"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
     grammar = schema_to_gbnf(schema)
     LlamaGrammar.from_string(grammar)
     assert grammar.count("ref--defs-node ::=") == 1
 
 
-@pytest.mark.parametrize("schema, words", [
-    ({"type": "string", "pattern": "^a+$"}, "pattern"),
-    ({"type": "integer", "minimum": 3}, "minimum"),
-    ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "not"),
-    ({"allOf": [{"type": "string"}]}, "allOf"),
-    ({"type": "string", "format": "email"}, "format 'email'"),
-    ({"$ref": "#/$defs/missing"}, "does not resolve"),
-    ({"$ref": "https://example.com/schema.json"}, "only local"),
-    ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "not defined"),
-    ({"type": "array", "minItems": 3, "maxItems": 1}, "maxItems"),
-    ({"type": "decimal"}, "unknown type"),
-])
+@pytest.mark.parametrize(
+    "schema, words",
+    [
+        ({"type": "string", "pattern": "^a+$"}, "pattern"),
+        ({"type": "integer", "minimum": 3}, "minimum"),
+        ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "not"),
+        ({"allOf": [{"type": "string"}]}, "allOf"),
+        ({"type": "string", "format": "email"}, "format 'email'"),
+        ({"$ref": "#/$defs/missing"}, "does not resolve"),
+        ({"$ref": "https://example.com/schema.json"}, "only local"),
+        ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "not defined"),
+        ({"type": "array", "minItems": 3, "maxItems": 1}, "maxItems"),
+        ({"type": "decimal"}, "unknown type"),
+    ],
+)
 def test_unsupported_schemas_raise_a_clear_error(llm, schema, words):
     with pytest.raises(ValueError, match=re.escape(words)):
         schema_to_gbnf(schema)
     with pytest.raises(ValueError, match=re.escape(words)):
-        llm.create_chat_completion([{"role": "user", "content": "x"}], max_tokens=4,
-                                   response_format={"type": "json_object", "schema": schema})
+        llm.create_chat_completion(
+            [{"role": "user", "content": "x"}], max_tokens=4, response_format={"type": "json_object", "schema": schema}
+        )

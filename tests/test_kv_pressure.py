@@ -14,8 +14,24 @@ from test_engine import run_threads
 from llama_ffi.high import Llama
 
 GREEDY = {"temperature": 0.0}
-SUBJECTS = ["the sea", "a mountain", "the city", "a forest", "the desert", "a river", "the moon", "an old house",
-            "a train", "the market", "a garden", "the winter", "a library", "the harbour", "a storm", "the bridge"]
+SUBJECTS = [
+    "the sea",
+    "a mountain",
+    "the city",
+    "a forest",
+    "the desert",
+    "a river",
+    "the moon",
+    "an old house",
+    "a train",
+    "the market",
+    "a garden",
+    "the winter",
+    "a library",
+    "the harbour",
+    "a storm",
+    "the bridge",
+]
 
 
 def prompt_of(subject: str) -> str:
@@ -37,8 +53,13 @@ def test_sixteen_requests_over_the_cells_all_finish_with_their_own_answers(smoll
             return logits
 
         # every caller answered (none starved), none with an error
-        outs = run_threads([lambda p=p: llm(p, max_tokens=n_tokens, logit_bias=ban, logits_processor=[watch],
-                                             **GREEDY) for p in prompts], timeout=600)
+        outs = run_threads(
+            [
+                lambda p=p: llm(p, max_tokens=n_tokens, logit_bias=ban, logits_processor=[watch], **GREEDY)
+                for p in prompts
+            ],
+            timeout=600,
+        )
         for out in outs:
             assert out["choices"][0]["finish_reason"] == "length"
             assert out["usage"]["completion_tokens"] == n_tokens
@@ -51,8 +72,7 @@ def test_sixteen_requests_over_the_cells_all_finish_with_their_own_answers(smoll
             return scores
 
         for prompt, out in zip(prompts, outs):
-            assert_same_or_near_tie(llm, prompt, out["choices"][0]["text"], n_tokens, processors=[no_end],
-                                    limit=bound)
+            assert_same_or_near_tie(llm, prompt, out["choices"][0]["text"], n_tokens, processors=[no_end], limit=bound)
 
 
 def test_requests_without_a_limit_share_the_cells_and_each_ends_at_the_context(smollm2_path, caplog):
@@ -60,8 +80,9 @@ def test_requests_without_a_limit_share_the_cells_and_each_ends_at_the_context(s
     with Llama(smollm2_path, n_ctx=256, n_seq_max=4, kv_unified=True, n_threads=2, progress=False) as llm:
         ban = {llm.token_eos(): -float("inf")}
         prompts = [prompt_of(s) for s in SUBJECTS[:4]]
-        outs = run_threads([lambda p=p: llm(p, max_tokens=None, logit_bias=ban, **GREEDY) for p in prompts],
-                           timeout=600)
+        outs = run_threads(
+            [lambda p=p: llm(p, max_tokens=None, logit_bias=ban, **GREEDY) for p in prompts], timeout=600
+        )
         for out in outs:
             assert out["choices"][0]["finish_reason"] == "length"
             assert out["usage"]["total_tokens"] == llm.context.n_ctx  # every cell of the sequence used

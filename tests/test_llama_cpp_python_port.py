@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
+import minilm
+import near_tie
 import numpy as np
 import pytest
 
-import minilm
-import near_tie
 from llama_ffi import Llama, LlamaGrammar  # was: from llama_cpp import Llama, LlamaGrammar
 from llama_ffi.llama_speculative import LlamaPromptLookupDecoding, SpecConfig, SpeculativeType
 
@@ -32,7 +32,7 @@ def test_readme_completion_with_echo_and_stop(llm):
     assert set(output) >= {"id", "object", "created", "model", "choices", "usage"}
     assert output["object"] == "text_completion"
     text = output["choices"][0]["text"]
-    assert text.startswith(prompt) and "\n" not in text[len(prompt):]
+    assert text.startswith(prompt) and "\n" not in text[len(prompt) :]
     assert output["usage"]["total_tokens"] == output["usage"]["prompt_tokens"] + output["usage"]["completion_tokens"]
 
 
@@ -43,11 +43,13 @@ def test_size_methods_and_attributes(llm):
     llm.reset()
     llm.eval(tokens)
     assert llm.n_tokens == len(tokens)
-    assert llm.input_ids.dtype == np.intc and list(llm.input_ids[:llm.n_tokens]) == tokens
+    assert llm.input_ids.dtype == np.intc and list(llm.input_ids[: llm.n_tokens]) == tokens
     assert llm.scores.shape == (len(tokens), 49152)
     np.testing.assert_array_equal(llm.scores[-1], llm.logits())
     assert llm.detokenize(tokens) == b"Hello, world!"
-    assert llm.detokenize(tokens[2:], prev_tokens=tokens[:2]) == llm.detokenize(tokens)[len(llm.detokenize(tokens[:2])):]
+    assert (
+        llm.detokenize(tokens[2:], prev_tokens=tokens[:2]) == llm.detokenize(tokens)[len(llm.detokenize(tokens[:2])) :]
+    )
 
 
 def test_generate_loop_from_the_docstring(llm):
@@ -94,8 +96,10 @@ def test_save_and_load_state_with_llamastate(llm):
 
 def test_chat_completion_with_chat_format(smollm2_path):
     llm = Llama(model_path=str(smollm2_path), chat_format="chatml", n_ctx=1024, verbose=False)
-    messages = [{"role": "system", "content": "You are an assistant who perfectly describes images."},
-                {"role": "user", "content": "Describe this image in detail please."}]
+    messages = [
+        {"role": "system", "content": "You are an assistant who perfectly describes images."},
+        {"role": "user", "content": "Describe this image in detail please."},
+    ]
     out = llm.create_chat_completion(messages=messages, max_tokens=24, temperature=0)
     ours = llm.create_chat_completion(messages, max_tokens=24, temperature=0, chat_format="chatml")
     assert out["choices"][0]["message"] == ours["choices"][0]["message"]
@@ -104,50 +108,74 @@ def test_chat_completion_with_chat_format(smollm2_path):
 
 
 def test_json_mode_and_schema_as_in_the_readme(llm):
-    messages = [{"role": "system", "content": "You are a helpful assistant that outputs in JSON."},
-                {"role": "user", "content": "Who won the world series in 2020"}]
-    out = llm.create_chat_completion(messages=messages, response_format={"type": "json_object"},
-                                     temperature=0.7, max_tokens=200)
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant that outputs in JSON."},
+        {"role": "user", "content": "Who won the world series in 2020"},
+    ]
+    out = llm.create_chat_completion(
+        messages=messages, response_format={"type": "json_object"}, temperature=0.7, max_tokens=200
+    )
     if out["choices"][0]["finish_reason"] == "stop":
         json.loads(out["choices"][0]["message"]["content"])
-    schema = {"type": "object", "properties": {"team_name": {"type": "string", "maxLength": 20}},
-              "required": ["team_name"]}
-    out = llm.create_chat_completion(messages=messages, temperature=0.7, max_tokens=64,
-                                     response_format={"type": "json_object", "schema": schema})
+    schema = {
+        "type": "object",
+        "properties": {"team_name": {"type": "string", "maxLength": 20}},
+        "required": ["team_name"],
+    }
+    out = llm.create_chat_completion(
+        messages=messages, temperature=0.7, max_tokens=64, response_format={"type": "json_object", "schema": schema}
+    )
     assert "team_name" in json.loads(out["choices"][0]["message"]["content"])
 
 
 def test_function_calling_with_the_legacy_functions(llm):
-    function = {"name": "UserDetail", "parameters": {
-        "type": "object", "title": "UserDetail",
-        "properties": {"name": {"title": "Name", "type": "string", "maxLength": 12},
-                       "age": {"title": "Age", "type": "integer"}},
-        "required": ["name", "age"]}}
+    function = {
+        "name": "UserDetail",
+        "parameters": {
+            "type": "object",
+            "title": "UserDetail",
+            "properties": {
+                "name": {"title": "Name", "type": "string", "maxLength": 12},
+                "age": {"title": "Age", "type": "integer"},
+            },
+            "required": ["name", "age"],
+        },
+    }
     out = llm.create_chat_completion(
         messages=[{"role": "user", "content": "Extract Jason is 25 years old"}],
-        functions=[function], function_call={"name": "UserDetail"}, temperature=0, max_tokens=64)
+        functions=[function],
+        function_call={"name": "UserDetail"},
+        temperature=0,
+        max_tokens=64,
+    )
     call = out["choices"][0]["message"]["tool_calls"][0]["function"]
     assert call["name"] == "UserDetail" and set(json.loads(call["arguments"])) == {"name", "age"}
 
 
 def test_chat_logprobs_in_the_chat_shape(llm):
-    out = llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0,
-                                     logprobs=True, top_logprobs=2)
+    out = llm.create_chat_completion(
+        [{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0, logprobs=True, top_logprobs=2
+    )
     content = out["choices"][0]["logprobs"]["content"]
     assert len(content) == out["usage"]["completion_tokens"]
     assert all(len(c["top_logprobs"]) == 2 and c["logprob"] <= 0 for c in content)
 
 
 def test_grammar_from_json_schema(llm):
-    grammar = LlamaGrammar.from_json_schema(json.dumps({"type": "array", "items": {"type": "integer"},
-                                                        "minItems": 2, "maxItems": 3}), verbose=False)
+    grammar = LlamaGrammar.from_json_schema(
+        json.dumps({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3}), verbose=False
+    )
     out = llm("Numbers:", grammar=grammar, max_tokens=32, temperature=0)["choices"][0]["text"]
     assert 2 <= len(json.loads(out)) <= 3
 
 
 def test_prompt_lookup_decoding_as_draft_model(smollm2_path, llm):
-    fast = Llama(model_path=str(smollm2_path), n_ctx=2048, verbose=False,
-                 draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
+    fast = Llama(
+        model_path=str(smollm2_path),
+        n_ctx=2048,
+        verbose=False,
+        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+    )
     assert fast.speculative.kind == SpeculativeType.NGRAM_MAP_K and fast.speculative.ngram_size_m == 10
     prompt = "red green blue red green blue red green blue red green blue red green"
     text = fast(prompt, max_tokens=24, temperature=0)["choices"][0]["text"]
@@ -178,28 +206,65 @@ def test_embeddings_as_in_the_readme(tree):
 
 # ---- the wrappers: LangChain's LlamaCpp / LlamaCppEmbeddings, LlamaIndex's LlamaCPP ----------------
 
+
 def test_langchain_llamacpp_construction_and_calls(smollm2_path):
     # langchain_community.llms.LlamaCpp: its model_param_names at their defaults
-    client = Llama(str(smollm2_path), rope_freq_scale=0.0, rope_freq_base=0.0, lora_path=None, lora_base=None,
-                   n_ctx=512, n_parts=-1, seed=-1, f16_kv=True, logits_all=False, vocab_only=False,
-                   use_mlock=False, n_threads=None, n_batch=8, use_mmap=True, last_n_tokens_size=64,
-                   verbose=False)
-    params = dict(suffix=None, max_tokens=16, temperature=0.8, top_p=0.95, logprobs=None, echo=False,
-                  stop=[], repeat_penalty=1.1, top_k=40)
+    client = Llama(
+        str(smollm2_path),
+        rope_freq_scale=0.0,
+        rope_freq_base=0.0,
+        lora_path=None,
+        lora_base=None,
+        n_ctx=512,
+        n_parts=-1,
+        seed=-1,
+        f16_kv=True,
+        logits_all=False,
+        vocab_only=False,
+        use_mlock=False,
+        n_threads=None,
+        n_batch=8,
+        use_mmap=True,
+        last_n_tokens_size=64,
+        verbose=False,
+    )
+    params = dict(
+        suffix=None,
+        max_tokens=16,
+        temperature=0.8,
+        top_p=0.95,
+        logprobs=None,
+        echo=False,
+        stop=[],
+        repeat_penalty=1.1,
+        top_k=40,
+    )
     result = client(prompt="This is a prompt.", **params)
     # seed=-1 samples at random: the first token may end the text, so only the shape is fixed
     assert isinstance(result["choices"][0]["text"], str) and result["usage"]["completion_tokens"] <= 16
     assert result["choices"][0]["finish_reason"] in ("stop", "length")
     chunks = list(client(prompt="This is a prompt.", stream=True, **params))
     assert all("logprobs" in c["choices"][0] for c in chunks) and chunks[-1]["choices"][0]["finish_reason"]
-    assert len(client.tokenize("This is a prompt.".encode("utf-8"))) > 3
+    assert len(client.tokenize(b"This is a prompt.")) > 3
     client.close()
 
 
 def test_langchain_embeddings_and_llamaindex_metadata(tree, smollm2_path):
-    emb = Llama(str(minilm.gguf_path(tree)), n_ctx=512, n_parts=-1, seed=-1, f16_kv=True, logits_all=False,
-                vocab_only=False, use_mlock=False, n_threads=None, n_batch=512, n_gpu_layers=None,
-                verbose=False, embedding=True)
+    emb = Llama(
+        str(minilm.gguf_path(tree)),
+        n_ctx=512,
+        n_parts=-1,
+        seed=-1,
+        f16_kv=True,
+        logits_all=False,
+        vocab_only=False,
+        use_mlock=False,
+        n_threads=None,
+        n_batch=512,
+        n_gpu_layers=None,
+        verbose=False,
+        embedding=True,
+    )
     data = emb.create_embedding(["first text", "second text"])["data"]
     assert [len(list(map(float, e["embedding"]))) for e in data] == [384, 384]
     assert len(emb.embed("query")) == 384
@@ -210,8 +275,7 @@ def test_langchain_embeddings_and_llamaindex_metadata(tree, smollm2_path):
     assert llm.context_params.n_ctx == 1024
     out = llm(prompt="Hello", temperature=0.1, max_tokens=8, stop=[])
     assert out["choices"][0]["text"]
-    streamed = "".join(c["choices"][0]["text"] for c in llm(prompt="Hello", temperature=0.0, max_tokens=8,
-                                                              stream=True))
+    streamed = "".join(c["choices"][0]["text"] for c in llm(prompt="Hello", temperature=0.0, max_tokens=8, stream=True))
     llm.reset()
     assert streamed == llm(prompt="Hello", temperature=0.0, max_tokens=8)["choices"][0]["text"]
     llm.close()
@@ -234,14 +298,18 @@ def test_langchain_device_parameter(smollm2_path):
 
 # ---- what is refused names itself and the alternative -------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(lora_base="base.gguf"), r"lora_base='base.gguf' is not supported"),
-    (dict(n_parts=2), r"n_parts=2 is not supported: model files are no longer split"),
-    (dict(tokenizer=object()), r"tokenizer is not supported"),
-    (dict(spm_infill="yes"), r"spm_infill must be a bool"),
-    (dict(draft_model=object()), r"draft_model must be a llama_ffi.llama_speculative.LlamaPromptLookupDecoding"),
-    (dict(no_such_option=1), r"unexpected keyword argument\(s\): no_such_option"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(lora_base="base.gguf"), r"lora_base='base.gguf' is not supported"),
+        (dict(n_parts=2), r"n_parts=2 is not supported: model files are no longer split"),
+        (dict(tokenizer=object()), r"tokenizer is not supported"),
+        (dict(spm_infill="yes"), r"spm_infill must be a bool"),
+        (dict(draft_model=object()), r"draft_model must be a llama_ffi.llama_speculative.LlamaPromptLookupDecoding"),
+        (dict(no_such_option=1), r"unexpected keyword argument\(s\): no_such_option"),
+    ],
+)
 def test_unsupported_constructor_parameters_name_the_alternative(smollm2_path, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         Llama(model_path=str(smollm2_path), **kwargs)
@@ -262,15 +330,17 @@ def test_unsupported_call_parameters_name_the_alternative(llm):
 
 
 def test_logits_all_keeps_every_row_of_scores(smollm2_path):
-    with Llama(model_path=str(smollm2_path), n_ctx=256, logits_all=True, verbose=False) as full, \
-            Llama(model_path=str(smollm2_path), n_ctx=256, verbose=False) as plain:
+    with (
+        Llama(model_path=str(smollm2_path), n_ctx=256, logits_all=True, verbose=False) as full,
+        Llama(model_path=str(smollm2_path), n_ctx=256, verbose=False) as plain,
+    ):
         tokens = full.tokenize(b"The quick brown fox jumps over the lazy dog")
         full.eval(tokens)
         rows = full.scores
         assert rows.shape == (len(tokens), full.n_vocab()) and np.all(rows.any(axis=1))
         for i in (0, len(tokens) // 2, len(tokens) - 1):  # each row is that prefix's next-token logits
             plain.reset()
-            plain.eval(tokens[:i + 1])
+            plain.eval(tokens[: i + 1])
             np.testing.assert_allclose(rows[i], plain.logits(), atol=2e-2 + 2 * near_tie.logits_gap(plain))
         generated = list(full.generate(tokens, max_tokens=4, temperature=0))
         assert full.scores.shape[0] == full.n_tokens == len(tokens) + len(generated) - 1

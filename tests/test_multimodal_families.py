@@ -12,15 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import tiny_gemma4
 import tiny_qwen
+from near_tie import bound
+from test_multimodal import png
+
 from llama_ffi.high import Llama
 from llama_ffi.high.chat import media_parts
 from llama_ffi.high.chat.completion import call_options, plan_chat
 from llama_ffi.high.chat.templates import ChatTemplate
-from near_tie import bound
-from test_multimodal import png
 
 N, N_CTX = 16, 4096
 QUESTION = "Describe."
@@ -32,25 +32,58 @@ def fx(tree, smollm2_path, tmp_path_factory):
     templates = tree.path / "models" / "templates"
     text = tiny_qwen.write_text_model
     return {
-        "qwen25vl": (text(d / "qwen2vl.gguf", "qwen2vl", smollm2_path, tiny_qwen.QWEN2VL_TEMPLATE),
-                     tiny_qwen.write_qwen25vl_mmproj(d / "qwen25vl-mmproj.gguf", tree.path)),
-        "qwen3vl": (text(d / "qwen3vl.gguf", "qwen3vl", smollm2_path, (templates / "Qwen3.5-4B.jinja").read_text(),
-                         deepstack=len(tiny_qwen.QWEN3VL_DEEPSTACK)),
-                    tiny_qwen.write_qwen3vl_mmproj(d / "qwen3vl-mmproj.gguf", tree.path)),
-        "gemma4": (text(d / "gemma4.gguf", "llama", smollm2_path,
-                        (templates / "google-gemma-4-31B-it.jinja").read_text()),
-                   tiny_gemma4.write_gemma4_mmproj(d / "gemma4-mmproj.gguf", tree.path, text_width=tiny_qwen.WIDTH)),
-        "qwen3asr": (text(d / "asr.gguf", "llama", smollm2_path, tiny_qwen.QWEN3ASR_TEMPLATE),
-                     tiny_qwen.write_qwen3asr_mmproj(d / "qwen3asr-mmproj.gguf", tree.path)),
-        "a": png(d / "a.png", 64, 48, 1), "b": png(d / "b.png", 100, 60, 2), "wide": png(d / "wide.png", 1200, 300, 3),
+        "qwen25vl": (
+            text(d / "qwen2vl.gguf", "qwen2vl", smollm2_path, tiny_qwen.QWEN2VL_TEMPLATE),
+            tiny_qwen.write_qwen25vl_mmproj(d / "qwen25vl-mmproj.gguf", tree.path),
+        ),
+        "qwen3vl": (
+            text(
+                d / "qwen3vl.gguf",
+                "qwen3vl",
+                smollm2_path,
+                (templates / "Qwen3.5-4B.jinja").read_text(),
+                deepstack=len(tiny_qwen.QWEN3VL_DEEPSTACK),
+            ),
+            tiny_qwen.write_qwen3vl_mmproj(d / "qwen3vl-mmproj.gguf", tree.path),
+        ),
+        "gemma4": (
+            text(d / "gemma4.gguf", "llama", smollm2_path, (templates / "google-gemma-4-31B-it.jinja").read_text()),
+            tiny_gemma4.write_gemma4_mmproj(d / "gemma4-mmproj.gguf", tree.path, text_width=tiny_qwen.WIDTH),
+        ),
+        "qwen3asr": (
+            text(d / "asr.gguf", "llama", smollm2_path, tiny_qwen.QWEN3ASR_TEMPLATE),
+            tiny_qwen.write_qwen3asr_mmproj(d / "qwen3asr-mmproj.gguf", tree.path),
+        ),
+        "a": png(d / "a.png", 64, 48, 1),
+        "b": png(d / "b.png", 100, 60, 2),
+        "wide": png(d / "wide.png", 1200, 300, 3),
         "mp3": tree.path / "tools" / "mtmd" / "test-2.mp3",
     }
 
 
-def mtmd_cli_text(mtmd_cli, model: Path, mmproj: Path, media: list[tuple[str, Path]], prompt: str = QUESTION,
-                  *extra: str) -> str:
-    cmd = [str(mtmd_cli), "-m", str(model), "--mmproj", str(mmproj), "-p", prompt, "-n", str(N), "--temp", "0",
-           "-t", "2", "-c", str(N_CTX), "--no-warmup", "--jinja", *extra]
+def mtmd_cli_text(
+    mtmd_cli, model: Path, mmproj: Path, media: list[tuple[str, Path]], prompt: str = QUESTION, *extra: str
+) -> str:
+    cmd = [
+        str(mtmd_cli),
+        "-m",
+        str(model),
+        "--mmproj",
+        str(mmproj),
+        "-p",
+        prompt,
+        "-n",
+        str(N),
+        "--temp",
+        "0",
+        "-t",
+        "2",
+        "-c",
+        str(N_CTX),
+        "--no-warmup",
+        "--jinja",
+        *extra,
+    ]
     for flag, path in media:
         cmd += [flag, str(path)]
     out = subprocess.run(cmd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
@@ -63,7 +96,10 @@ def image(path: Path) -> dict:
 
 
 def audio(path: Path) -> dict:
-    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(path.read_bytes()).decode(), "format": "mp3"}}
+    return {
+        "type": "input_audio",
+        "input_audio": {"data": base64.b64encode(path.read_bytes()).decode(), "format": "mp3"},
+    }
 
 
 def answer(llm, messages, **kw) -> tuple[str, list[tuple[int, int, float]], dict]:
@@ -94,8 +130,9 @@ def assert_same_or_near_tie(llm, reference: str, got: str, steps) -> None:
         i += 1
     assert i < len(steps), f"{got!r} vs llama-mtmd-cli {reference!r}"
     runner_up = llm.tokenizer.piece(steps[i][1]).decode("utf-8", "replace")
-    assert steps[i][2] < bound(llm) and reference[len(done.strip()):].lstrip().startswith(runner_up.strip()[:1]), (
-        f"diverged at token {i} (margin {steps[i][2]:.4f}): {got!r} vs llama-mtmd-cli {reference!r}")
+    assert steps[i][2] < bound(llm) and reference[len(done.strip()) :].lstrip().startswith(runner_up.strip()[:1]), (
+        f"diverged at token {i} (margin {steps[i][2]:.4f}): {got!r} vs llama-mtmd-cli {reference!r}"
+    )
 
 
 @pytest.mark.parametrize("which", ["a", "b", "wide"])
@@ -103,8 +140,9 @@ def test_qwen25vl_equals_llama_mtmd_cli(fx, mtmd_cli, which):
     from llama_ffi.llama_multimodal import Qwen25VLChatHandler
 
     model, mmproj = fx["qwen25vl"]
-    with Llama(model, chat_handler=Qwen25VLChatHandler(clip_model_path=mmproj), n_ctx=N_CTX, n_threads=2,
-               progress=False) as llm:
+    with Llama(
+        model, chat_handler=Qwen25VLChatHandler(clip_model_path=mmproj), n_ctx=N_CTX, n_threads=2, progress=False
+    ) as llm:
         messages = [{"role": "user", "content": [image(fx[which]), {"type": "text", "text": QUESTION}]}]
         got, steps, usage = answer(llm, messages)
         assert_same_or_near_tie(llm, mtmd_cli_text(mtmd_cli, model, mmproj, [("--image", fx[which])]), got, steps)
@@ -116,8 +154,10 @@ def test_qwen25vl_equals_llama_mtmd_cli(fx, mtmd_cli, which):
 def test_the_two_images_give_two_answers(fx):
     model, mmproj = fx["qwen25vl"]
     with Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, progress=False) as llm:
-        replies = {answer(llm, [{"role": "user", "content": [image(fx[k]), {"type": "text", "text": QUESTION}]}])[0]
-                   for k in ("a", "b")}
+        replies = {
+            answer(llm, [{"role": "user", "content": [image(fx[k]), {"type": "text", "text": QUESTION}]}])[0]
+            for k in ("a", "b")
+        }
         assert len(replies) == 2
 
 
@@ -150,12 +190,14 @@ def test_qwen3vl_equals_llama_mtmd_cli(fx, mtmd_cli, bounds):
 
     model, mmproj = fx["qwen3vl"]
     flags = [a for k, v in bounds.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-    with Llama(model, chat_handler=Qwen3VLChatHandler(mmproj, **bounds), n_ctx=N_CTX, n_threads=2,
-               progress=False) as llm:
+    with Llama(
+        model, chat_handler=Qwen3VLChatHandler(mmproj, **bounds), n_ctx=N_CTX, n_threads=2, progress=False
+    ) as llm:
         messages = [{"role": "user", "content": [image(fx["wide"]), {"type": "text", "text": QUESTION}]}]
         got, steps, usage = answer(llm, messages)
-        assert_same_or_near_tie(llm, mtmd_cli_text(mtmd_cli, model, mmproj, [("--image", fx["wide"])], QUESTION,
-                                                   *flags), got, steps)
+        assert_same_or_near_tie(
+            llm, mtmd_cli_text(mtmd_cli, model, mmproj, [("--image", fx["wide"])], QUESTION, *flags), got, steps
+        )
         if bounds:
             with Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, progress=False) as unbounded:
                 assert usage["prompt_tokens"] < answer(unbounded, messages)[2]["prompt_tokens"]
@@ -168,8 +210,9 @@ def test_qwen3vl_reasoning_switch_reaches_the_template(fx):
     messages = [{"role": "user", "content": [image(fx["a"]), {"type": "text", "text": QUESTION}]}]
     prompts = {}
     for force in (True, False):
-        with Llama(model, chat_handler=Qwen3VLChatHandler(mmproj, force_reasoning=force), n_ctx=N_CTX,
-                   progress=False) as llm:
+        with Llama(
+            model, chat_handler=Qwen3VLChatHandler(mmproj, force_reasoning=force), n_ctx=N_CTX, progress=False
+        ) as llm:
             prompts[force] = llm.detokenize(list(plan_chat(llm, messages, **call_options(llm, {})).tokens)).decode()
     assert prompts[True].endswith("<think>\n") and prompts[False].endswith("<think>\n\n</think>\n\n")
 
@@ -197,8 +240,10 @@ def test_qwen3asr_audio_with_a_system_instruction(fx, mtmd_cli):
     model, mmproj = fx["qwen3asr"]
     instruction = "Transcribe the audio in English."
     with Llama(model, chat_handler=Qwen3ASRChatHandler(mmproj), n_ctx=N_CTX, n_threads=2, progress=False) as llm:
-        messages = [{"role": "system", "content": instruction},
-                    {"role": "user", "content": [audio(fx["mp3"]), {"type": "text", "text": "dropped by the template"}]}]
+        messages = [
+            {"role": "system", "content": instruction},
+            {"role": "user", "content": [audio(fx["mp3"]), {"type": "text", "text": "dropped by the template"}]},
+        ]
         got, steps, _ = answer(llm, messages)
         reference = mtmd_cli_text(mtmd_cli, model, mmproj, [("--audio", fx["mp3"])], "<__media__>", "-sys", instruction)
         assert_same_or_near_tie(llm, reference, got, steps)
@@ -224,26 +269,37 @@ def _render(source: str):
 
 def test_media_follow_the_templates_order_and_placeholders():
     # a template that puts every audio part before the image parts: the media are reordered
-    audio_first = ("{% for m in messages %}{% for p in m.content %}{% if p.type == 'audio' %}<A>{% endif %}"
-                   "{% endfor %}{% for p in m.content %}{% if p.type == 'image' %}<I>{% elif p.type == 'text' %}"
-                   "{{ p.text }}{% endif %}{% endfor %}{% endfor %}")
+    audio_first = (
+        "{% for m in messages %}{% for p in m.content %}{% if p.type == 'audio' %}<A>{% endif %}"
+        "{% endfor %}{% for p in m.content %}{% if p.type == 'image' %}<I>{% elif p.type == 'text' %}"
+        "{{ p.text }}{% endif %}{% endfor %}{% endfor %}"
+    )
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "audio"}, {"type": "text", "text": "Hi"}]}]
     text, order = media_parts.render_with_markers(_render(audio_first), messages, ["image", "audio"], "@")
     assert text == "@@Hi" and order == [1, 0]
     # the same placeholder twice in a row stays two media (the diff cannot split them wrongly)
-    same = "{% for p in messages[0].content %}{% if p.type == 'image' %}<|image|>{% else %}{{ p.text }}{% endif %}{% endfor %}"
+    same = (
+        "{% for p in messages[0].content %}{% if p.type == 'image' %}<|image|>{% else %}{{ p.text }}{% endif %}"
+        "{% endfor %}"
+    )
     two = [{"role": "user", "content": [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "x"}]}]
     assert media_parts.render_with_markers(_render(same), two, ["image", "image"], "@") == ("@@x", [0, 1])
     # what a template writes around a placeholder for the medium stays text
-    labelled = ("{% for p in messages[0].content %}{% if p.type == 'image' %}{{ '\\n\\nPicture: <s><pad></s>\\n' }}"
-                "{% else %}{{ p.text }}{% endif %}{% endfor %}")
-    one = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}]
+    labelled = (
+        "{% for p in messages[0].content %}{% if p.type == 'image' %}{{ '\\n\\nPicture: <s><pad></s>\\n' }}"
+        "{% else %}{{ p.text }}{% endif %}{% endfor %}"
+    )
+    one = [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}
+    ]
     assert media_parts.render_with_markers(_render(labelled), one, ["image"], "@")[0] == "a\n\nPicture: @\nb"
 
 
 def test_a_template_that_emits_a_medium_in_two_places_is_refused():
-    twice = ("{% for p in messages[0].content %}{% if p.type == 'image' %}<I>{% else %}{{ p.text }}{% endif %}{% endfor %}"
-             "{% if messages[0].content | selectattr('type', 'equalto', 'image') | list %}<again>{% endif %}")
+    twice = (
+        "{% for p in messages[0].content %}{% if p.type == 'image' %}<I>{% else %}{{ p.text }}{% endif %}{% endfor %}"
+        "{% if messages[0].content | selectattr('type', 'equalto', 'image') | list %}<again>{% endif %}"
+    )
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}]
     with pytest.raises(ValueError, match="changed its output in 2 places for media item 0"):
         media_parts.render_with_markers(_render(twice), messages, ["image"], "@")
@@ -255,11 +311,18 @@ def test_handler_names_and_template_arguments(fx, tmp_path):
     import llama_ffi.llama_multimodal as multimodal
 
     assert chat_format.Qwen25VLChatHandler is multimodal.Qwen25VLChatHandler
-    for name in ("MTMDChatHandler", "Qwen25VLChatHandler", "Qwen3VLChatHandler", "Gemma4ChatHandler",
-                 "Qwen3ASRChatHandler", "Gemma3ChatHandler", "Llava15ChatHandler"):
+    for name in (
+        "MTMDChatHandler",
+        "Qwen25VLChatHandler",
+        "Qwen3VLChatHandler",
+        "Gemma4ChatHandler",
+        "Qwen3ASRChatHandler",
+        "Gemma3ChatHandler",
+        "Llava15ChatHandler",
+    ):
         assert issubclass(getattr(multimodal, name), multimodal.MTMDChatHandler)
     with pytest.raises(AttributeError, match="no MoondreamChatHandler: use MTMDChatHandler"):
-        multimodal.MoondreamChatHandler
+        _ = multimodal.MoondreamChatHandler
     with pytest.raises(ImportError):
         exec("from llama_ffi.llama_multimodal import NanoLlavaChatHandler")
     model, mmproj = fx["qwen25vl"]
@@ -271,8 +334,13 @@ def test_handler_names_and_template_arguments(fx, tmp_path):
     with pytest.raises(ValueError, match="chat_handler_kwargs takes"):
         Llama(model, chat_handler_kwargs={"image_max_tokens": 4}, progress=False)
     messages = [{"role": "user", "content": [image(fx["a"]), {"type": "text", "text": QUESTION}]}]
-    with Llama(model, chat_handler=multimodal.Qwen25VLChatHandler(mmproj), n_ctx=N_CTX, progress=False,
-               chat_handler_kwargs={"extra_template_arguments": {"add_vision_id": True}}) as llm:
+    with Llama(
+        model,
+        chat_handler=multimodal.Qwen25VLChatHandler(mmproj),
+        n_ctx=N_CTX,
+        progress=False,
+        chat_handler_kwargs={"extra_template_arguments": {"add_vision_id": True}},
+    ) as llm:
         prompt = llm.detokenize(list(plan_chat(llm, messages, **call_options(llm, {})).tokens)).decode()
         assert "Picture 1: " in prompt
         # a call's own template variables win
@@ -289,12 +357,33 @@ def test_the_benchmark_times_the_qwen25vl_encoder_against_llama_mtmd_cli(fx, mtm
 
     bench_binary = build_reference_tools(tree, ("llama-bench",)) / "llama-bench"
     model, mmproj = fx["qwen25vl"]
-    out = subprocess.run([sys.executable, "-m", "llama_ffi.bench", "-m", str(model), "--mmproj", str(mmproj),
-                          "--image", str(fx["wide"]), "--skip-generation", "-r", "1", "--llama-bench", str(bench_binary)],
-                         capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llama_ffi.bench",
+            "-m",
+            str(model),
+            "--mmproj",
+            str(mmproj),
+            "--image",
+            str(fx["wide"]),
+            "--skip-generation",
+            "-r",
+            "1",
+            "--llama-bench",
+            str(bench_binary),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {m.group(1): m.groups()[1:] for m in re.finditer(r"\| (llama-mtmd-cli|llama-ffi) \| ([\d.]+) \| (\S+) \| (\S+) \|",
-                                                           out.stdout)}
+    rows = {
+        m.group(1): m.groups()[1:]
+        for m in re.finditer(r"\| (llama-mtmd-cli|llama-ffi) \| ([\d.]+) \| (\S+) \| (\S+) \|", out.stdout)
+    }
     assert float(rows["llama-mtmd-cli"][0]) > 0 and float(rows["llama-ffi"][0]) > 0
     assert float(rows["llama-ffi"][1]) > 0 and float(rows["llama-ffi"][2]) > 0  # prompt speed, encode ratio
 
@@ -303,6 +392,7 @@ def test_control_llava_through_a_template_without_media_parts(smollm2_path, tmp_
     """Today's LLaVA-style projector under SmolLM2's own (text-only) template: llama.cpp's rule,
     the marker where the part was, equal to llama-mtmd-cli --jinja."""
     import tiny_mmproj
+
     from llama_ffi.llama_multimodal import Llava15ChatHandler
 
     mmproj = tiny_mmproj.write_mmproj(tmp_path / "llava-mmproj.gguf", n_embd_text=576)
@@ -334,8 +424,10 @@ def test_tools_offered_beside_media_under_a_template_without_tools(fx):
     """The tool instructions join a system message that holds media parts (as a text part)."""
     model, mmproj = fx["qwen25vl"]
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
-    messages = [{"role": "system", "content": [image(fx["a"]), {"type": "text", "text": "Reference picture."}]},
-                {"role": "user", "content": [image(fx["b"]), {"type": "text", "text": QUESTION}]}]
+    messages = [
+        {"role": "system", "content": [image(fx["a"]), {"type": "text", "text": "Reference picture."}]},
+        {"role": "user", "content": [image(fx["b"]), {"type": "text", "text": QUESTION}]},
+    ]
     with Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, progress=False) as llm:
         prompt = llm.detokenize(list(plan_chat(llm, messages, tools=tools).tokens)).decode()
         assert prompt.index("Reference picture.") < prompt.index("lookup") < prompt.index(QUESTION)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import tiny_gemma4
 import tiny_mmproj
+
 from llama_ffi import lib
 from llama_ffi.high import Llama
 
@@ -35,11 +35,13 @@ WALK = "IIAIBITAABATBBTTI"
 @pytest.fixture(scope="module")
 def files(tree, tmp_path_factory):
     d = tmp_path_factory.mktemp("reuse")
-    return {"image": tree.path / "tools" / "mtmd" / "test-1.jpeg",
-            "audio": tree.path / "tools" / "mtmd" / "test-2.mp3",
-            "gemma4": tiny_gemma4.write_gemma4_mmproj(d / "gemma4-mmproj.gguf", tree.path, text_width=576),
-            "llava": tiny_mmproj.write_mmproj(d / "llava-mmproj.gguf", n_embd_text=576),
-            "qwen2audio": tiny_mmproj.write_audio_mmproj(d / "qwen2audio-mmproj.gguf", n_embd_text=576)}
+    return {
+        "image": tree.path / "tools" / "mtmd" / "test-1.jpeg",
+        "audio": tree.path / "tools" / "mtmd" / "test-2.mp3",
+        "gemma4": tiny_gemma4.write_gemma4_mmproj(d / "gemma4-mmproj.gguf", tree.path, text_width=576),
+        "llava": tiny_mmproj.write_mmproj(d / "llava-mmproj.gguf", n_embd_text=576),
+        "qwen2audio": tiny_mmproj.write_audio_mmproj(d / "qwen2audio-mmproj.gguf", n_embd_text=576),
+    }
 
 
 def open_llama(model: Path, mmproj: Path) -> Llama:
@@ -47,16 +49,27 @@ def open_llama(model: Path, mmproj: Path) -> Llama:
     # is about reusing one sequence's cache (which slot a request takes is tests/test_engine.py's);
     # a request in another slot's cells after this one's differs by more than NOISE here, as random
     # media embeddings amplify how the attention kernels round over a longer cache.
-    return Llama(model, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, chat_format="chatml",
-                 flash_attn=False, n_seq_max=1, progress=False)
+    return Llama(
+        model,
+        mmproj_path=mmproj,
+        n_ctx=N_CTX,
+        n_threads=2,
+        chat_format="chatml",
+        flash_attn=False,
+        n_seq_max=1,
+        progress=False,
+    )
 
 
 def message(files, kinds) -> list[dict]:
     parts = []
     for kind in kinds:
         data = base64.b64encode(Path(files[kind]).read_bytes()).decode()
-        parts.append({"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + data}} if kind == "image"
-                     else {"type": "input_audio", "input_audio": {"data": data, "format": "mp3"}})
+        parts.append(
+            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + data}}
+            if kind == "image"
+            else {"type": "input_audio", "input_audio": {"data": data, "format": "mp3"}}
+        )
     return [{"role": "user", "content": [*parts, {"type": "text", "text": QUESTION}]}]
 
 
@@ -83,8 +96,9 @@ def ask(llm: Llama, files, kinds) -> Answer:
         margins.append(float(top2[1] - top2[0]))
         return scores
 
-    out = llm.create_chat_completion(message(files, kinds), max_tokens=N, temperature=0, logprobs=True,
-                                     logits_processor=bar_the_end)
+    out = llm.create_chat_completion(
+        message(files, kinds), max_tokens=N, temperature=0, logprobs=True, logits_processor=bar_the_end
+    )
     return Answer(out, margins)
 
 
@@ -105,8 +119,11 @@ def control_texts(llm: Llama) -> list[str]:
     """How the model's control tokens read when printed (llama-mtmd-cli prints them; a chat
     completion's content leaves them out)."""
     vocab = llm._model.vocab_ptr
-    return [llm.tokenizer.piece(t, special=True).decode("utf-8", "replace") for t in range(llm.n_vocab)
-            if lib.llama_vocab_is_control(vocab, t)]
+    return [
+        llm.tokenizer.piece(t, special=True).decode("utf-8", "replace")
+        for t in range(llm.n_vocab)
+        if lib.llama_vocab_is_control(vocab, t)
+    ]
 
 
 def agrees_with_text(want: Answer, text: str, controls: list[str]) -> bool:
@@ -125,8 +142,27 @@ def agrees_with_text(want: Answer, text: str, controls: list[str]) -> bool:
 
 
 def cli_answer(mtmd_cli, model, mmproj, files, kinds) -> str:
-    cmd = [str(mtmd_cli), "-m", str(model), "--mmproj", str(mmproj), "-p", QUESTION, "-n", str(N), "--temp", "0",
-           "-t", "2", "-c", str(N_CTX), "-fa", "off", "--ignore-eos", "--no-warmup"]
+    cmd = [
+        str(mtmd_cli),
+        "-m",
+        str(model),
+        "--mmproj",
+        str(mmproj),
+        "-p",
+        QUESTION,
+        "-n",
+        str(N),
+        "--temp",
+        "0",
+        "-t",
+        "2",
+        "-c",
+        str(N_CTX),
+        "-fa",
+        "off",
+        "--ignore-eos",
+        "--no-warmup",
+    ]
     for kind in kinds:
         cmd += [f"--{kind}", str(files[kind])]
     out = subprocess.run(cmd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
@@ -163,8 +199,9 @@ def test_every_transition_answers_as_a_fresh_llama_and_the_cli(smollm2_path, fil
             assert agrees_with_text(fresh[key], cli, controls), (key, fresh[key].text, cli, fresh[key].margins)
     for a in KINDS:  # every two requests' answers differ beyond NOISE: a mix-up would show
         for b in KINDS:
-            assert a == b or any(t != u or abs(p - q) > NOISE
-                                 for (t, p), (u, q) in zip(fresh[a].tokens, fresh[b].tokens)), (a, b)
+            assert a == b or any(
+                t != u or abs(p - q) > NOISE for (t, p), (u, q) in zip(fresh[a].tokens, fresh[b].tokens)
+            ), (a, b)
 
     with open_llama(smollm2_path, mmproj) as llm:
         previous = None
@@ -230,12 +267,21 @@ def test_reused_media_prompts_decode_what_a_fresh_request_does(gemma3_path, file
     image after image + audio answer with exactly the log-probabilities of a fresh ``Llama``. The
     text after a medium is decoded again whole, as a fresh request decodes it (it moved them by
     0.07 and 1.25 when only the rest was decoded)."""
-    mmproj = tiny_gemma4.write_gemma4_mmproj(tmp_path_factory.mktemp("g4") / "gemma4-640.gguf", tree.path,
-                                             text_width=640)
+    mmproj = tiny_gemma4.write_gemma4_mmproj(
+        tmp_path_factory.mktemp("g4") / "gemma4-640.gguf", tree.path, text_width=640
+    )
 
     def open_gemma() -> Llama:
-        return Llama(gemma3_path, mmproj_path=mmproj, n_ctx=N_CTX, n_threads=2, chat_format="gemma",
-                     flash_attn=True, n_seq_max=1, progress=False)
+        return Llama(
+            gemma3_path,
+            mmproj_path=mmproj,
+            n_ctx=N_CTX,
+            n_threads=2,
+            chat_format="gemma",
+            flash_attn=True,
+            n_seq_max=1,
+            progress=False,
+        )
 
     def logprobs(llm: Llama, kinds) -> list[float]:
         out = llm.create_chat_completion(message(files, kinds), max_tokens=4, temperature=0, logprobs=True)

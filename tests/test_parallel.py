@@ -4,13 +4,19 @@ llama_decode per step, against the same prompts run alone (near ties explained, 
 from __future__ import annotations
 
 import pytest
+from near_tie import assert_same_or_near_tie, parallel_bound
 
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.engine.choices import DEFAULT_SLOTS, choice_seed
-from near_tie import assert_same_or_near_tie, parallel_bound
 
-PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fib(n):",
-           "The three primary colors are", "My favourite recipe for soup", "Water boils at"]
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village,",
+    "def fib(n):",
+    "The three primary colors are",
+    "My favourite recipe for soup",
+    "Water boils at",
+]
 N = 24
 
 
@@ -41,7 +47,7 @@ def test_defaults_give_slots_with_a_unified_cache(llm):
 
 def test_a_prompt_that_fills_the_context_generates_nothing(smollm2_path):
     with Llama(smollm2_path, n_ctx=256, n_threads=2, progress=False) as small:
-        full = [small.token_bos()] + small.tokenize(" word" * 400, add_bos=False)[:small.n_ctx() - 1]
+        full = [small.token_bos()] + small.tokenize(" word" * 400, add_bos=False)[: small.n_ctx() - 1]
         result = small([full, small.tokenize(PROMPTS[0])], max_tokens=4, temperature=0)
         assert result["choices"][0]["text"] == "" and result["choices"][0]["finish_reason"] == "length"
         alone = small(full, max_tokens=4, temperature=0)["choices"][0]
@@ -114,8 +120,9 @@ def test_unbounded_choices_that_cannot_share_the_context_run_one_after_another(s
         n_ctx = small.n_ctx()
         prompt = small.tokenize(PROMPTS[0])
         ban = {small.token_eos(): -float("inf")}  # every choice runs until the context is full
-        result, decoded = prompt_tokens_decoded(small, prompt, n=3, max_tokens=None, temperature=0.8, seed=11,
-                                                logit_bias=ban)
+        result, decoded = prompt_tokens_decoded(
+            small, prompt, n=3, max_tokens=None, temperature=0.8, seed=11, logit_bias=ban
+        )
         assert [c["finish_reason"] for c in result["choices"]] == ["length"] * 3
         assert result["usage"]["completion_tokens"] == 3 * (n_ctx - len(prompt))
         # one group each, one after another: the first decodes the prompt, each later one at least
@@ -129,7 +136,9 @@ def test_per_choice_stop_strings_budgets_and_logprobs(llm):
         assert "\n" not in choice["text"]
         lp = choice["logprobs"]
         assert "".join(lp["tokens"]).startswith(choice["text"])  # a stop string's token is not text
-        assert all(len(t) == 2 and max(t.values()) >= v - 1e-6 for t, v in zip(lp["top_logprobs"], lp["token_logprobs"]))
+        assert all(
+            len(t) == 2 and max(t.values()) >= v - 1e-6 for t, v in zip(lp["top_logprobs"], lp["token_logprobs"])
+        )
         # equal to the prompt alone (stop string and finish reason too), or an explained near tie
         alone = llm(prompt, max_tokens=N, temperature=0, stop=["\n"], logprobs=2)["choices"][0]
         if choice["text"] == alone["text"]:
@@ -141,8 +150,14 @@ def test_per_choice_stop_strings_budgets_and_logprobs(llm):
 
 def test_grammar_applies_to_every_choice(llm):
     grammar = LlamaGrammar.from_string('root ::= "yes" | "no"')
-    result = llm(["Is the sky blue? Answer:", "Is fire cold? Answer:"], n=2, max_tokens=4, temperature=0.9,
-                 seed=3, grammar=grammar)
+    result = llm(
+        ["Is the sky blue? Answer:", "Is fire cold? Answer:"],
+        n=2,
+        max_tokens=4,
+        temperature=0.9,
+        seed=3,
+        grammar=grammar,
+    )
     assert all(t in ("yes", "no") for t in texts(result))
 
 
@@ -190,13 +205,16 @@ def test_chat_n_choices(llm):
     assert content[0] == content[1]  # greedy: both choices of the one prompt agree
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(prompt=PROMPTS[0], n=0), ValueError, "n must be an int >= 1"),
-    (dict(prompt=PROMPTS[0], n="2"), ValueError, "n must be an int >= 1"),
-    (dict(prompt=[]), ValueError, "empty list"),
-    (dict(prompt=["a", [1, 2]]), TypeError, "not a mix"),
-    (dict(prompt=[[1, 2], [3, "x"]]), TypeError, r"prompt\[1\] must be a list of token ids"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(prompt=PROMPTS[0], n=0), ValueError, "n must be an int >= 1"),
+        (dict(prompt=PROMPTS[0], n="2"), ValueError, "n must be an int >= 1"),
+        (dict(prompt=[]), ValueError, "empty list"),
+        (dict(prompt=["a", [1, 2]]), TypeError, "not a mix"),
+        (dict(prompt=[[1, 2], [3, "x"]]), TypeError, r"prompt\[1\] must be a list of token ids"),
+    ],
+)
 def test_bad_requests_are_refused_before_decoding(llm, kwargs, exc, match):
     before = llm.n_evaluated
     with pytest.raises(exc, match=match):
@@ -231,9 +249,13 @@ def test_bad_requests_leave_the_counters_alone_and_good_ones_move_them(llm):
         return llm.n_evaluated, llm.engine.stats.prompt_tokens, llm.engine.stats.prompt_steps
 
     before = counters()
-    bad_requests = [dict(prompt=PROMPTS[:2], n=0), dict(prompt=[PROMPTS[0], [1, "x"]]),
-                    dict(prompt=PROMPTS[:2], logprobs=-1), dict(prompt=PROMPTS[:2], max_tokens="4"),
-                    dict(prompt=[PROMPTS[0], [llm.n_vocab() + 5]])]
+    bad_requests = [
+        dict(prompt=PROMPTS[:2], n=0),
+        dict(prompt=[PROMPTS[0], [1, "x"]]),
+        dict(prompt=PROMPTS[:2], logprobs=-1),
+        dict(prompt=PROMPTS[:2], max_tokens="4"),
+        dict(prompt=[PROMPTS[0], [llm.n_vocab() + 5]]),
+    ]
     for bad in bad_requests:
         with pytest.raises((ValueError, TypeError)):
             llm(**{"max_tokens": 2, **bad})

@@ -5,14 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
-
-from llama_ffi import ffi, lib
 from raw import decode_all_logits, greedy_continue, piece, raw_context, raw_model, tokenize
 
+from llama_ffi import ffi, lib
+
 VOCAB_SEP = "\n__ggml_vocab_test__\n"
-EXACT = dict(n_ctx=64, n_batch=64, type_k=lib.GGML_TYPE_F32, type_v=lib.GGML_TYPE_F32,
-             flash_attn_type=lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+EXACT = dict(
+    n_ctx=64,
+    n_batch=64,
+    type_k=lib.GGML_TYPE_F32,
+    type_v=lib.GGML_TYPE_F32,
+    flash_attn_type=lib.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+)
 
 
 def vocab_cases(tree) -> list[tuple[Path, str, list[int]]]:
@@ -128,20 +132,31 @@ def _mtmd_image_round_trip(mmproj, model, ctx, tree) -> None:
     assert (lib.mtmd_bitmap_get_nx(wrapped.bitmap), lib.mtmd_bitmap_get_ny(wrapped.bitmap)) == (640, 488)
     prompt = b"<|im_start|>user\n" + ffi.string(lib.mtmd_default_marker()) + b"Describe.<|im_end|>\n"
     text_buf = ffi.new("char[]", prompt)
-    text = ffi.new("mtmd_input_text *", {"text": text_buf, "text_len": len(prompt),
-                                          "add_special": True, "parse_special": True})
+    text = ffi.new(
+        "mtmd_input_text *", {"text": text_buf, "text_len": len(prompt), "add_special": True, "parse_special": True}
+    )
     chunks = lib.mtmd_input_chunks_init()
     bitmaps = ffi.new("mtmd_bitmap *[1]", [wrapped.bitmap])
     try:
         assert lib.mtmd_tokenize(mctx, chunks, text, bitmaps, 1) == 0
-        kinds = [lib.mtmd_input_chunk_get_type(lib.mtmd_input_chunks_get(chunks, i))
-                 for i in range(lib.mtmd_input_chunks_size(chunks))]
-        assert kinds == [lib.MTMD_INPUT_CHUNK_TYPE_TEXT, lib.MTMD_INPUT_CHUNK_TYPE_IMAGE, lib.MTMD_INPUT_CHUNK_TYPE_TEXT]
+        kinds = [
+            lib.mtmd_input_chunk_get_type(lib.mtmd_input_chunks_get(chunks, i))
+            for i in range(lib.mtmd_input_chunks_size(chunks))
+        ]
+        assert kinds == [
+            lib.MTMD_INPUT_CHUNK_TYPE_TEXT,
+            lib.MTMD_INPUT_CHUNK_TYPE_IMAGE,
+            lib.MTMD_INPUT_CHUNK_TYPE_TEXT,
+        ]
         image_chunk = lib.mtmd_input_chunks_get(chunks, 1)
         assert lib.mtmd_input_chunk_get_n_tokens(image_chunk) == (32 // 8) ** 2  # one per patch
         n_past = ffi.new("llama_pos *")
         assert lib.mtmd_helper_eval_chunks(mctx, ctx, chunks, 0, 0, 512, True, n_past) == 0
-        assert n_past[0] == lib.mtmd_helper_get_n_pos(chunks) == lib.llama_memory_seq_pos_max(lib.llama_get_memory(ctx), 0) + 1
+        assert (
+            n_past[0]
+            == lib.mtmd_helper_get_n_pos(chunks)
+            == lib.llama_memory_seq_pos_max(lib.llama_get_memory(ctx), 0) + 1
+        )
         # one marker too few for the bitmaps: an error code, not a crash (mtmd.h documents 1; this
         # pin throws inside and returns 2 from its catch-all)
         spare = lib.mtmd_input_chunks_init()

@@ -30,10 +30,14 @@ class Worker:
         which is SIG_IGN under nohup, a background job or some CI runners)."""
         self.port = rpc.free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "llama_ffi", "rpc-server", "-H", host,
-                                      "-p", str(self.port), "-t", "1", *extra], cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     preexec_fn=None if sigint is None else lambda: signal.signal(signal.SIGINT, sigint))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_ffi", "rpc-server", "-H", host, "-p", str(self.port), "-t", "1", *extra],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=None if sigint is None else lambda: signal.signal(signal.SIGINT, sigint),
+        )
         try:
             rpc.wait_until_serving(self.endpoint, self.proc)
         except rpc.RpcError:
@@ -63,13 +67,13 @@ def local_texts(smollm2_path):
 
 
 def test_layers_split_over_two_workers_give_the_local_output(smollm2_path, workers, local_texts):
-    with Llama(smollm2_path, rpc_servers=[w.endpoint for w in workers], n_gpu_layers=99,
-               n_threads=2, progress=False) as llm:
+    with Llama(
+        smollm2_path, rpc_servers=[w.endpoint for w in workers], n_gpu_layers=99, n_threads=2, progress=False
+    ) as llm:
         remote = llm._model.remote
         assert len(remote.devices) == 2 and all(n.startswith("RPC") for n in remote.names())
         got = [llm(p, max_tokens=N, temperature=0)["choices"][0]["text"] for p in PROMPTS]
-        streamed = "".join(c["choices"][0]["text"]
-                           for c in llm(PROMPTS[1], max_tokens=N, temperature=0, stream=True))
+        streamed = "".join(c["choices"][0]["text"] for c in llm(PROMPTS[1], max_tokens=N, temperature=0, stream=True))
         # both workers hold layers and computed graphs
         for r in remote.relays:  # a reused graph is sent once and recomputed by reference
             assert r.forwarded["GRAPH_COMPUTE"] + r.forwarded["GRAPH_RECOMPUTE"] >= N, r.forwarded
@@ -80,25 +84,54 @@ def test_layers_split_over_two_workers_give_the_local_output(smollm2_path, worke
 
 def test_comma_separated_servers_and_tensor_split(smollm2_path, workers, local_texts):
     servers = ",".join(w.endpoint for w in workers)
-    with Llama(smollm2_path, rpc_servers=servers, n_gpu_layers=99, tensor_split=[1, 3],
-               n_threads=2, progress=False) as llm:
+    with Llama(
+        smollm2_path, rpc_servers=servers, n_gpu_layers=99, tensor_split=[1, 3], n_threads=2, progress=False
+    ) as llm:
         assert llm(PROMPTS[0], max_tokens=N, temperature=0)["choices"][0]["text"] == local_texts[0]
 
 
 def test_cli_complete_over_rpc(smollm2_path, workers, local_texts):
-    out = subprocess.run([sys.executable, "-m", "llama_ffi", "complete", PROMPTS[0], "-m", str(smollm2_path),
-                          "-n", str(N), "--temp", "0", "-t", "2", "-ngl", "99",
-                          "--rpc", ",".join(w.endpoint for w in workers)],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llama_ffi",
+            "complete",
+            PROMPTS[0],
+            "-m",
+            str(smollm2_path),
+            "-n",
+            str(N),
+            "--temp",
+            "0",
+            "-t",
+            "2",
+            "-ngl",
+            "99",
+            "--rpc",
+            ",".join(w.endpoint for w in workers),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False) as llm:  # the CLI's context
         assert out.stdout == llm(PROMPTS[0], max_tokens=N, temperature=0)["choices"][0]["text"] + "\n"
 
 
-@pytest.mark.parametrize("servers, words", [
-    ("localhost", "host:port"), ("127.0.0.1:0", "host:port"), ("127.0.0.1:70000", "host:port"),
-    ([], "host:port"), ([5], "host:port"), (["a:1"] * 17, "at most"),
-])
+@pytest.mark.parametrize(
+    "servers, words",
+    [
+        ("localhost", "host:port"),
+        ("127.0.0.1:0", "host:port"),
+        ("127.0.0.1:70000", "host:port"),
+        ([], "host:port"),
+        ([5], "host:port"),
+        (["a:1"] * 17, "at most"),
+    ],
+)
 def test_malformed_servers_are_value_errors(smollm2_path, servers, words):
     with pytest.raises(ValueError, match=words):
         Llama(smollm2_path, rpc_servers=servers, progress=False)
@@ -132,7 +165,7 @@ def _fake_server(reply: bytes | None):
                 conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    return listener, "127.0.0.1:%d" % listener.getsockname()[1]
+    return listener, f"127.0.0.1:{listener.getsockname()[1]}"
 
 
 @pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b""])
@@ -185,9 +218,14 @@ def test_a_worker_killed_mid_generation_raises_and_the_client_lives(smollm2_path
     script = tmp_path / "kill.py"
     script.write_text(KILL_MID_STREAM)
     try:
-        out = subprocess.run([sys.executable, str(script), victim.endpoint, survivor.endpoint, str(smollm2_path),
-                              str(victim.proc.pid)], capture_output=True, text=True, timeout=120, cwd=REPO,
-                             env=dict(os.environ, PYTHONPATH=str(REPO)))  # this checkout, installed or not
+        out = subprocess.run(
+            [sys.executable, str(script), victim.endpoint, survivor.endpoint, str(smollm2_path), str(victim.proc.pid)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )  # this checkout, installed or not
     finally:
         victim.stop()
         survivor.stop()
@@ -226,8 +264,13 @@ def test_worker_refuses_a_busy_port_and_unknown_devices():
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "llama_ffi", "rpc-server", "-p", str(port)], cwd=REPO,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "llama_ffi", "rpc-server", "-p", str(port)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert out.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in out.stderr
     with pytest.raises(ValueError, match="unknown device 'NOPE'"):
         rpc.worker_devices(["NOPE"])
@@ -241,6 +284,7 @@ def test_protocol_8_commands_through_the_relay(workers):
     relay = rpc.Relay(workers[0].endpoint)
     try:
         with socket.create_connection(("127.0.0.1", int(relay.endpoint.rsplit(":", 1)[1])), timeout=10) as s:
+
             def call(cmd: rpc.Cmd, payload: bytes, reply: int) -> bytes:
                 s.sendall(bytes([cmd]) + rpc.U64.pack(len(payload)) + payload)
                 head = rpc._recv_exact(s, 8)

@@ -82,8 +82,9 @@ def wait_idle(server, timeout: float = 30.0) -> None:
 
 # ---- completions ---------------------------------------------------------------------------------
 def test_greedy_completion_equals_the_in_process_llama(client, reference):
-    out = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=24,
-                                    temperature=0)
+    out = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=24, temperature=0
+    )
     assert out.object == "text_completion" and out.choices[0].finish_reason == "length"
     assert out.usage.completion_tokens == 24 and out.usage.prompt_tokens == len(reference.tokenize(PROMPT))
     near_tie.assert_same_or_near_tie(reference, PROMPT, out.choices[0].text, 24)
@@ -92,12 +93,20 @@ def test_greedy_completion_equals_the_in_process_llama(client, reference):
 def test_streamed_completion_equals_the_whole_one(single):
     client = single.client
     afresh(single)
-    whole = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Once upon a time",
-                                      max_tokens=20, temperature=0)
+    whole = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1", prompt="Once upon a time", max_tokens=20, temperature=0
+    )
     afresh(single)
-    chunks = list(client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Once upon a time",
-                                            max_tokens=20, temperature=0, stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model="SmolLM2-135M-Instruct.Q4_1",
+            prompt="Once upon a time",
+            max_tokens=20,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert len({c.id for c in chunks}) == 1
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == whole.choices[0].text
@@ -107,8 +116,9 @@ def test_streamed_completion_equals_the_whole_one(single):
 
 
 def test_a_stream_without_include_usage_has_no_usage(server):
-    with httpx.stream("POST", server.url + "/v1/completions",
-                      json={"prompt": "Hello", "max_tokens": 4, "stream": True}) as r:
+    with httpx.stream(
+        "POST", server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 4, "stream": True}
+    ) as r:
         lines = [line for line in r.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     assert all("usage" not in json.loads(line[6:]) for line in lines[:-1])
@@ -117,22 +127,33 @@ def test_a_stream_without_include_usage_has_no_usage(server):
 def test_token_prompts_and_lists_of_prompts(client, single, reference):
     tokens = reference.tokenize(PROMPT)
     afresh(single)
-    by_text = single.client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=8,
-                                               temperature=0)
+    by_text = single.client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=8, temperature=0
+    )
     afresh(single)
-    by_tokens = single.client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=tokens,
-                                                 max_tokens=8, temperature=0)
+    by_tokens = single.client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=tokens, max_tokens=8, temperature=0
+    )
     assert by_tokens.choices[0].text == by_text.choices[0].text
-    many = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=[PROMPT, "Two plus two is"],
-                                     max_tokens=8, temperature=0)
+    many = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=[PROMPT, "Two plus two is"], max_tokens=8, temperature=0
+    )
     assert [c.index for c in many.choices] == [0, 1]
-    near_tie.assert_same_or_near_tie(reference, "Two plus two is", many.choices[1].text, 8,
-                                     limit=near_tie.parallel_bound(reference))
+    near_tie.assert_same_or_near_tie(
+        reference, "Two plus two is", many.choices[1].text, 8, limit=near_tie.parallel_bound(reference)
+    )
 
 
 def test_n_logprobs_seed_and_stop(client, single):
-    out = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt="My favourite animal is",
-                                    max_tokens=12, temperature=1.0, n=3, seed=7, logprobs=2)
+    out = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        prompt="My favourite animal is",
+        max_tokens=12,
+        temperature=1.0,
+        n=3,
+        seed=7,
+        logprobs=2,
+    )
     assert sorted(c.index for c in out.choices) == [0, 1, 2]
     for c in out.choices:
         assert len(c.logprobs.tokens) == len(c.logprobs.token_logprobs) == len(c.logprobs.top_logprobs)
@@ -140,28 +161,51 @@ def test_n_logprobs_seed_and_stop(client, single):
     seeded = []
     for seed in (7, 7, 8):
         afresh(single)
-        seeded.append(single.client.completions.create(
-            model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt="My favourite animal is", max_tokens=24,
-            temperature=1.0, seed=seed).choices[0].text)
+        seeded.append(
+            single.client.completions.create(
+                model="SmolLM2-135M-Instruct.Q4_1.gguf",
+                prompt="My favourite animal is",
+                max_tokens=24,
+                temperature=1.0,
+                seed=seed,
+            )
+            .choices[0]
+            .text
+        )
     assert seeded[0] == seeded[1] != seeded[2]  # the seed reaches the sampler: reproducible, and it matters
-    stopped = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt="1, 2, 3, 4,",
-                                        max_tokens=20, temperature=0, stop=["7"])
+    stopped = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt="1, 2, 3, 4,", max_tokens=20, temperature=0, stop=["7"]
+    )
     assert "7" not in stopped.choices[0].text and stopped.choices[0].finish_reason == "stop"
 
 
 def test_logit_bias_and_llama_server_extras(client, reference):
-    plain = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=1,
-                                      temperature=0)
+    plain = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=1, temperature=0
+    )
     first = reference.tokenize(plain.choices[0].text, add_bos=False)[0]
-    banned = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=1,
-                                       temperature=0, logit_bias={str(first): -100})
+    banned = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        prompt=PROMPT,
+        max_tokens=1,
+        temperature=0,
+        logit_bias={str(first): -100},
+    )
     assert banned.choices[0].text != plain.choices[0].text
-    extras = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=6,
-                                       extra_body={"top_k": 1, "min_p": 0.1, "repeat_penalty": 1.1,
-                                                   "grammar": 'root ::= "yes" | "no"'})
+    extras = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        prompt=PROMPT,
+        max_tokens=6,
+        extra_body={"top_k": 1, "min_p": 0.1, "repeat_penalty": 1.1, "grammar": 'root ::= "yes" | "no"'},
+    )
     assert extras.choices[0].text in ("yes", "no")
-    full = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt="Hi", max_tokens=30,
-                                     temperature=0, extra_body={"ignore_eos": True})
+    full = client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        prompt="Hi",
+        max_tokens=30,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert full.usage.completion_tokens == 30
 
 
@@ -169,16 +213,20 @@ def test_logit_bias_and_llama_server_extras(client, reference):
 def test_chat_equals_the_in_process_llama_and_streams_the_same_text(single, reference):
     client = single.client
     afresh(single)
-    out = client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=MESSAGES,
-                                         max_tokens=24, temperature=0)
+    out = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=MESSAGES, max_tokens=24, temperature=0
+    )
     want = reference.create_chat_completion(MESSAGES, max_tokens=24, temperature=0)
     assert out.choices[0].message.role == "assistant"
     if out.choices[0].message.content != want["choices"][0]["message"]["content"]:
         prompt = reference.tokenize(_rendered(reference), special=True)
         near_tie.assert_same_or_near_tie(reference, prompt, out.choices[0].message.content, 24)
     afresh(single)
-    chunks = list(client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=MESSAGES,
-                                                 max_tokens=24, temperature=0, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=MESSAGES, max_tokens=24, temperature=0, stream=True
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant" and len({c.id for c in chunks}) == 1
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == out.choices[0].message.content
     finishes = [c.choices[0].finish_reason for c in chunks]
@@ -193,52 +241,91 @@ def _rendered(llm) -> str:
 
 
 def test_chat_n_logprobs_and_cached_tokens(client):
-    out = client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=MESSAGES,
-                                         max_tokens=8, temperature=0.9, n=2, seed=1, logprobs=True, top_logprobs=3)
+    out = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        messages=MESSAGES,
+        max_tokens=8,
+        temperature=0.9,
+        n=2,
+        seed=1,
+        logprobs=True,
+        top_logprobs=3,
+    )
     assert sorted(c.index for c in out.choices) == [0, 1]
     for c in out.choices:
         assert c.logprobs.content and all(len(t.top_logprobs) == 3 for t in c.logprobs.content)
-    again = client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=MESSAGES,
-                                           max_tokens=8, temperature=0)
+    again = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=MESSAGES, max_tokens=8, temperature=0
+    )
     # the slot kept this conversation's prompt: all of it but its last token comes from the cache
     assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
 
 
 def test_json_mode_and_schema(client):
     out = client.chat.completions.create(
-        model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=[{"role": "user", "content": "Give a JSON person."}],
-        max_tokens=64, temperature=0, response_format={"type": "json_object"})
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        messages=[{"role": "user", "content": "Give a JSON person."}],
+        max_tokens=64,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
     if out.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(out.choices[0].message.content), dict)
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
     out = client.chat.completions.create(
-        model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=[{"role": "user", "content": "Name a city."}],
-        max_tokens=48, temperature=0,
-        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        messages=[{"role": "user", "content": "Name a city."}],
+        max_tokens=48,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+    )
     assert out.choices[0].finish_reason == "stop"
     assert set(json.loads(out.choices[0].message.content)) == {"city"}
 
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather of a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string", "maxLength": 10}},
-                                                          "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 10}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 
 
 def test_tool_calls_whole_and_streamed(single):
     client = single.client
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     afresh(single)
-    out = client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=ask, max_tokens=64,
-                                         temperature=0, tools=TOOLS, tool_choice="required")
+    out = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        messages=ask,
+        max_tokens=64,
+        temperature=0,
+        tools=TOOLS,
+        tool_choice="required",
+    )
     call = out.choices[0].message.tool_calls[0]
     assert out.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
     assert "city" in json.loads(call.function.arguments)
     afresh(single)
-    chunks = list(client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=ask,
-                                                 max_tokens=64, temperature=0, tools=TOOLS, stream=True,
-                                                 tool_choice={"type": "function",
-                                                              "function": {"name": "get_weather"}}))
+    chunks = list(
+        client.chat.completions.create(
+            model="SmolLM2-135M-Instruct.Q4_1.gguf",
+            messages=ask,
+            max_tokens=64,
+            temperature=0,
+            tools=TOOLS,
+            stream=True,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        )
+    )
     deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
     assert deltas and deltas[0].function.name == "get_weather"
     assert json.loads("".join(d.function.arguments or "" for d in deltas)) == json.loads(call.function.arguments)
@@ -249,8 +336,14 @@ def test_async_clients_are_decoded_together(server, reference):
     async def main():
         aclient = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
         prompts = [f"Question {i}: what is {i} plus {i}? Answer:" for i in range(6)]
-        outs = await asyncio.gather(*(aclient.completions.create(
-            model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=p, max_tokens=16, temperature=0) for p in prompts))
+        outs = await asyncio.gather(
+            *(
+                aclient.completions.create(
+                    model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=p, max_tokens=16, temperature=0
+                )
+                for p in prompts
+            )
+        )
         await aclient.close()
         return prompts, outs
 
@@ -276,15 +369,17 @@ def assert_greedy_or_near_tie(llm, prompt: str, got: str, n: int, bound: float) 
     if i == len(pieces) and done == got_bytes:
         return
     assert i < len(pieces), f"longer than greedy: {got!r}"
-    rest = got_bytes[len(done):]
+    rest = got_bytes[len(done) :]
     llm.reset()
     llm.eval_prompt(tokens + want[:i])
     logits = llm.logits().copy()
     llm.reset()
     taken = [t for t in range(llm.n_vocab) if (p := llm.tokenizer.piece(t)) and rest.startswith(p)]
     best = max(float(logits[t]) for t in taken) if taken else -np.inf
-    assert logits[want[i]] - best < bound, (f"diverged at token {i} to a token {logits[want[i]] - best:.3f} "
-                                           f"logits below greedy's (bound {bound:.3f}): {got!r}")
+    assert logits[want[i]] - best < bound, (
+        f"diverged at token {i} to a token {logits[want[i]] - best:.3f} "
+        f"logits below greedy's (bound {bound:.3f}): {got!r}"
+    )
 
 
 # ---- other endpoints ------------------------------------------------------------------------------
@@ -297,10 +392,12 @@ def test_models_tokenize_detokenize_infill(server, reference):
     assert httpx.post(server.url + "/detokenize", json={"tokens": tokens}).json()["content"] == text
     pieces = httpx.post(server.url + "/tokenize", json={"content": "Hi", "with_pieces": True}).json()["tokens"]
     assert "".join(p["piece"] for p in pieces) == "Hi"
-    r = httpx.post(server.url + "/detokenize", json={"tokens": [10 ** 7]})
+    r = httpx.post(server.url + "/detokenize", json={"tokens": [10**7]})
     assert r.status_code == 400 and "error" in r.json()
-    r = httpx.post(server.url + "/infill", json={"input_prefix": "def f(", "input_suffix": "):\n", "n_predict": 4,
-                                                 "temperature": 0})
+    r = httpx.post(
+        server.url + "/infill",
+        json={"input_prefix": "def f(", "input_suffix": "):\n", "n_predict": 4, "temperature": 0},
+    )
     try:  # whatever the model is: the server answers as the in-process Llama does
         want = reference("def f(", suffix="):\n", max_tokens=4, temperature=0)
     except ValueError as error:
@@ -312,8 +409,13 @@ def test_models_tokenize_detokenize_infill(server, reference):
 def test_slots_and_metrics(server, client):
     assert len(slots(server)) == SLOTS
     before = metric(server, "tokens_predicted_total")
-    client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt="Count: one, two,", max_tokens=5,
-                              temperature=0, extra_body={"ignore_eos": True})
+    client.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        prompt="Count: one, two,",
+        max_tokens=5,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert metric(server, "tokens_predicted_total") == before + 5
     assert metric(server, "prompt_tokens_total") > 0 and metric(server, "requests_processing") == 0
     assert any(s["n_cached_tokens"] > 0 for s in slots(server))
@@ -333,12 +435,22 @@ BAD = [
     ("/v1/completions", b'{"prompt": "x", "lora": [{"id": 3, "scale": 1}]}', "lora"),
     ("/v1/chat/completions", b'{"messages": []}', "messages"),
     ("/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "x"}]}', "role"),
-    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "image_url", '
-                             b'"image_url": {"url": "http://example.com/a.png"}}]}]}', "URL"),
-    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "image_url", '
-                             b'"image_url": {"url": "/etc/passwd"}}]}]}', "local files"),
-    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "response_format": '
-                             b'{"type": "yaml"}}', "response_format"),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": [{"type": "image_url", '
+        b'"image_url": {"url": "http://example.com/a.png"}}]}]}',
+        "URL",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "/etc/passwd"}}]}]}',
+        "local files",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}}',
+        "response_format",
+    ),
 ]
 
 
@@ -368,8 +480,13 @@ def test_unknown_model_and_route_are_404(server, client):
     assert r.status_code == 501 and "--embeddings" in r.json()["error"]["message"]
 
 
-SCALARS = (st.none() | st.booleans() | st.integers(-2 ** 40, 2 ** 40)
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20))
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
 
 
 def json_containers(inner):
@@ -377,15 +494,49 @@ def json_containers(inner):
 
 
 JSON = st.recursive(SCALARS, json_containers, max_leaves=12)
-FIELDS = st.sampled_from(["prompt", "messages", "max_tokens", "n", "temperature", "stop", "logit_bias", "stream",
-                          "logprobs", "top_logprobs", "seed", "tools", "tool_choice", "response_format", "lora",
-                          "n_predict", "grammar", "input", "content", "tokens", "top_k", "echo"])
+FIELDS = st.sampled_from(
+    [
+        "prompt",
+        "messages",
+        "max_tokens",
+        "n",
+        "temperature",
+        "stop",
+        "logit_bias",
+        "stream",
+        "logprobs",
+        "top_logprobs",
+        "seed",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "lora",
+        "n_predict",
+        "grammar",
+        "input",
+        "content",
+        "tokens",
+        "top_k",
+        "echo",
+    ]
+)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/infill",
-                             "/v1/embeddings", "/v1/rerank"]),
-       body=st.dictionaries(FIELDS, JSON, max_size=6))
+@given(
+    path=st.sampled_from(
+        [
+            "/v1/completions",
+            "/v1/chat/completions",
+            "/tokenize",
+            "/detokenize",
+            "/infill",
+            "/v1/embeddings",
+            "/v1/rerank",
+        ]
+    ),
+    body=st.dictionaries(FIELDS, JSON, max_size=6),
+)
 def test_no_body_crashes_or_hangs_the_server(server, path, body):
     for name in ("max_tokens", "n_predict"):  # whatever else is drawn, generations stay short
         if isinstance(body.get(name), int) or name not in body:
@@ -402,15 +553,17 @@ def test_no_body_crashes_or_hangs_the_server(server, path, body):
 def test_the_server_is_healthy_after_the_fuzzing(server, client):
     assert httpx.get(server.url + "/health").status_code == 200
     wait_idle(server)
-    out = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=4,
-                                    temperature=0)
+    out = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=PROMPT, max_tokens=4, temperature=0)
     assert out.usage.completion_tokens == 4
 
 
 # ---- clients that leave, a full queue, keys, SIGTERM ----------------------------------------------------------
 def test_a_client_that_disconnects_frees_its_slot(server):
-    with httpx.stream("POST", server.url + "/v1/completions", json={
-            "prompt": "Tell a very long story.", "max_tokens": 1500, "stream": True, "ignore_eos": True}) as r:
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/completions",
+        json={"prompt": "Tell a very long story.", "max_tokens": 1500, "stream": True, "ignore_eos": True},
+    ) as r:
         lines = r.iter_lines()
         for _ in range(3):
             next(lines)
@@ -439,8 +592,9 @@ def test_past_the_queue_503_with_retry_after(smollm2_path):
 
 def test_api_keys(smollm2_path, tmp_path):
     (tmp_path / "keys").write_text("second-key\n")
-    with ServerProcess(smollm2_path, "-c", "512", "-np", "1", "--api-key", "first-key",
-                       "--api-key-file", str(tmp_path / "keys")) as s:
+    with ServerProcess(
+        smollm2_path, "-c", "512", "-np", "1", "--api-key", "first-key", "--api-key-file", str(tmp_path / "keys")
+    ) as s:
         assert httpx.get(s.url + "/health").status_code == 200
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-Api-Key": "wrong"}):
             r = httpx.get(s.url + "/v1/models", headers=headers)
@@ -457,9 +611,18 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(smollm2_path):
     got: dict = {}
 
     def read():
-        with httpx.stream("POST", s.url + "/v1/completions", timeout=120, json={
-                "prompt": "Once", "max_tokens": 200, "stream": True, "ignore_eos": True,
-                "stream_options": {"include_usage": True}}) as r:
+        with httpx.stream(
+            "POST",
+            s.url + "/v1/completions",
+            timeout=120,
+            json={
+                "prompt": "Once",
+                "max_tokens": 200,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            },
+        ) as r:
             got["lines"] = [line for line in r.iter_lines() if line]
 
     reader = threading.Thread(target=read)
@@ -481,18 +644,21 @@ def test_embeddings_float_and_base64(smollm2_path):
     from llama_ffi.high import Llama
 
     texts = ["The cat sat on the mat.", "A completely different sentence."]
-    with Llama(smollm2_path, embeddings=True, pooling_type=lib.LLAMA_POOLING_TYPE_MEAN, n_ctx=512,
-               progress=False) as llm:
+    with Llama(
+        smollm2_path, embeddings=True, pooling_type=lib.LLAMA_POOLING_TYPE_MEAN, n_ctx=512, progress=False
+    ) as llm:
         want = np.array(llm.embed(texts, normalize=True))
     with ServerProcess(smollm2_path, "-c", "512", "--embeddings", "--pooling", "mean") as s:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
         by_default = client.embeddings.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", input=texts)  # base64
-        as_float = client.embeddings.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", input=texts,
-                                            encoding_format="float")
+        as_float = client.embeddings.create(
+            model="SmolLM2-135M-Instruct.Q4_1.gguf", input=texts, encoding_format="float"
+        )
         raw = httpx.post(s.url + "/v1/embeddings", json={"input": texts, "encoding_format": "base64"}).json()
         decoded = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in raw["data"]]
-        np.testing.assert_array_equal(np.array(decoded), np.array([d.embedding for d in as_float.data],
-                                                                  dtype=np.float32))
+        np.testing.assert_array_equal(
+            np.array(decoded), np.array([d.embedding for d in as_float.data], dtype=np.float32)
+        )
         np.testing.assert_allclose([d.embedding for d in by_default.data], want, atol=1e-5)
         assert as_float.usage.prompt_tokens > 0
         r = httpx.post(s.url + "/v1/completions", json={"prompt": "x"})
@@ -506,15 +672,16 @@ def test_rerank(tree):
     from llama_ffi import lib
     from llama_ffi.high.llama_embedding import LlamaEmbedding
 
-    query, docs = "What is the capital of France?", ["Paris is the capital of France.", "Bananas are yellow.",
-                                                     "France borders Spain."]
+    query, docs = (
+        "What is the capital of France?",
+        ["Paris is the capital of France.", "Bananas are yellow.", "France borders Spain."],
+    )
     with LlamaEmbedding(path, pooling_type=lib.LLAMA_POOLING_TYPE_RANK) as m:
         want = m.rank(query, docs)
     with ServerProcess(path, "-c", "512", "--reranking") as s:
         out = httpx.post(s.url + "/v1/rerank", json={"query": query, "documents": docs, "top_n": 2}).json()
         assert [r["index"] for r in out["results"]] == list(np.argsort(want)[::-1][:2])
-        np.testing.assert_allclose([r["relevance_score"] for r in out["results"]], sorted(want)[::-1][:2],
-                                   atol=1e-4)
+        np.testing.assert_allclose([r["relevance_score"] for r in out["results"]], sorted(want)[::-1][:2], atol=1e-4)
 
 
 def test_health_is_503_while_the_model_loads(smollm2_path):
@@ -551,17 +718,26 @@ def test_infill_with_fim_tokens_declared_by_override_kv(smollm2_path):
     does): /infill then answers as the in-process Llama with the same overrides, the same shapes."""
     from llama_ffi.high import Llama
 
-    fim = {"tokenizer.ggml.fim_pre_token_id": 8, "tokenizer.ggml.fim_suf_token_id": 9,
-           "tokenizer.ggml.fim_mid_token_id": 10}
+    fim = {
+        "tokenizer.ggml.fim_pre_token_id": 8,
+        "tokenizer.ggml.fim_suf_token_id": 9,
+        "tokenizer.ggml.fim_mid_token_id": 10,
+    }
     prefix, suffix = "def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"
     with Llama(smollm2_path, kv_overrides=fim, n_ctx=1024, n_threads=2, progress=False) as llm:
         want = llm(prefix, suffix=suffix, max_tokens=12, temperature=0)
     flags = [f for key, value in fim.items() for f in ("--override-kv", f"{key}=int:{value}")]
     with ServerProcess(smollm2_path, "-c", "1024", *flags) as s:
-        out = httpx.post(s.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix, "n_predict": 12,
-                                                  "temperature": 0}, timeout=60).json()
-        with httpx.stream("POST", s.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix,
-                                                           "n_predict": 12, "temperature": 0, "stream": True}) as r:
+        out = httpx.post(
+            s.url + "/infill",
+            json={"input_prefix": prefix, "input_suffix": suffix, "n_predict": 12, "temperature": 0},
+            timeout=60,
+        ).json()
+        with httpx.stream(
+            "POST",
+            s.url + "/infill",
+            json={"input_prefix": prefix, "input_suffix": suffix, "n_predict": 12, "temperature": 0, "stream": True},
+        ) as r:
             events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     assert out["content"] == want["choices"][0]["text"]
     assert out["tokens_evaluated"] == want["usage"]["prompt_tokens"]
@@ -583,19 +759,30 @@ def test_images_as_data_uris_and_from_the_media_path(smollm2_path, tmp_path):
     data_uri = "data:image/png;base64," + base64.b64encode(first.read_bytes()).decode()
 
     def ask(url: str) -> list[dict]:
-        return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                             {"type": "text", "text": "Describe."}]}]
+        return [
+            {
+                "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "Describe."}],
+            }
+        ]
 
-    with Llama(smollm2_path, mmproj_path=mmproj, n_ctx=1024, n_threads=2, chat_format="chatml",
-               progress=False) as llm:
-        want = [llm.create_chat_completion(ask(url), max_tokens=8, temperature=0)["choices"][0]["message"]["content"]
-                for url in (data_uri, str(second))]
-    with ServerProcess(smollm2_path, "-c", "1024", "--mmproj", str(mmproj), "--chat-template", "chatml",
-                       "--media-path", str(media)) as s:
+    with Llama(smollm2_path, mmproj_path=mmproj, n_ctx=1024, n_threads=2, chat_format="chatml", progress=False) as llm:
+        want = [
+            llm.create_chat_completion(ask(url), max_tokens=8, temperature=0)["choices"][0]["message"]["content"]
+            for url in (data_uri, str(second))
+        ]
+    with ServerProcess(
+        smollm2_path, "-c", "1024", "--mmproj", str(mmproj), "--chat-template", "chatml", "--media-path", str(media)
+    ) as s:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-        got = [client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=ask(url),
-                                              max_tokens=8, temperature=0).choices[0].message.content
-               for url in (data_uri, "file://b.png")]
+        got = [
+            client.chat.completions.create(
+                model="SmolLM2-135M-Instruct.Q4_1.gguf", messages=ask(url), max_tokens=8, temperature=0
+            )
+            .choices[0]
+            .message.content
+            for url in (data_uri, "file://b.png")
+        ]
         assert got == want
         for url in (str(tmp_path / "mmproj.gguf"), "../mmproj.gguf", "http://127.0.0.1:1/a.png"):
             r = httpx.post(s.url + "/v1/chat/completions", json={"messages": ask(url), "max_tokens": 1})
@@ -620,6 +807,7 @@ def test_lora_adapters_per_request(smollm2_path, tmp_path):
     assert with_adapter != plain  # the adapter matters for this prompt
     selections = [[{"name": "a", "scale": 1.0}], [], [{"name": "a", "scale": 0.5}]]
     with ServerProcess(smollm2_path, "-c", "1024", "--lora", str(adapter)) as s:
+
         def complete(lora):
             body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, **({} if lora is None else {"lora": lora})}
             return httpx.post(s.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
@@ -633,5 +821,6 @@ def test_lora_adapters_per_request(smollm2_path, tmp_path):
     with Llama(smollm2_path, n_ctx=1024, n_threads=2, progress=False) as llm:
         llm.load_lora("a", adapter)
         for out, selection in zip(outs, selections):
-            near_tie.assert_same_or_near_tie(llm, prompt, out, 12, limit=near_tie.parallel_bound(llm),
-                                             active_loras=selection)
+            near_tie.assert_same_or_near_tie(
+                llm, prompt, out, 12, limit=near_tie.parallel_bound(llm), active_loras=selection
+            )

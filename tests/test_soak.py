@@ -20,7 +20,10 @@ def test_one_minute_of_mixed_load_serves_every_request_right(smollm2_path):
     assert summary["expected_errors"] == summary["by_kind"]["bad"]  # each bad request refused, by name
     assert summary["corruptions"] > 5  # cache files were damaged while in use
     # close() waited for the plain request (its whole answer) and ended the two streams
-    assert summary["close_outcomes"][0] == "plain: 64 tokens, length" or \
-        summary["close_outcomes"][0].startswith("plain: ") and summary["close_outcomes"][0].endswith("stop")
+    assert (
+        summary["close_outcomes"][0] == "plain: 64 tokens, length"
+        or summary["close_outcomes"][0].startswith("plain: ")
+        and summary["close_outcomes"][0].endswith("stop")
+    )
     assert summary["close_outcomes"][1:] == ["stream 0: closed", "stream 1: closed"], summary["close_outcomes"]
     assert summary["rss_growth_mb"] < 200, summary

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
+from tiny_mtp import TinyMtpConfig, write_gguf
 
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType, window
-from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
-from tiny_mtp import TinyMtpConfig, write_gguf
 
 N_CTX = 256
 
@@ -137,8 +137,10 @@ def test_close_and_garbage_collection(random_model):
 def test_p_min_stops_unconfident_drafts(bigram_model):
     prompt = [1, 300, 301, 302, 303]
     cfg = SpecConfig(type=SpeculativeType.DRAFT_MTP, draft_n_max=4, draft_p_min=1.0)
-    with Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False) as plain, \
-            Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False, speculative=cfg) as strict:
+    with (
+        Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False) as plain,
+        Llama(bigram_model, n_ctx=N_CTX, n_threads=2, progress=False, speculative=cfg) as strict,
+    ):
         assert_same_or_near_tie(plain, prompt, _generate(strict, prompt, max_tokens=30, temperature=0), 30)
         assert strict.last_speculative_stats.drafted_tokens == 0  # no token is certain
 
@@ -158,7 +160,7 @@ def test_load_state_resyncs_the_mtp_cache(bigram_model):
         stats = mtp.last_speculative_stats
         assert stats.accepted_tokens == stats.drafted_tokens > 0
         fed = _mtp_sequence(mtp).fed
-        assert len(fed) >= len(prompt) and fed == mtp.tokens[:len(fed)]
+        assert len(fed) >= len(prompt) and fed == mtp.tokens[: len(fed)]
 
 
 def test_a_stream_keeps_its_hidden_states_while_other_requests_run(bigram_model):

@@ -66,7 +66,7 @@ def another_first_token(data: bytes) -> bytes:
     """The header's first token id with its first digit changed: still valid JSON, still a token."""
     at = data.index(b'"tokens": [') + len(b'"tokens": [')
     digit = data[at] - ord("0")
-    return data[:at] + str(digit % 9 + 1).encode() + data[at + 1:]
+    return data[:at] + str(digit % 9 + 1).encode() + data[at + 1 :]
 
 
 def damages(data: bytes) -> dict[str, bytes]:
@@ -152,9 +152,17 @@ def stored_entry(smollm2_path, cache_dir: Path) -> tuple[str, Path]:
     return want, path
 
 
-@pytest.mark.parametrize("damage", ["cut to 60%", "bytes appended", "a token flipped in the header",
-                                    "512 payload bytes flipped", "one payload byte flipped",
-                                    "no producer"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "cut to 60%",
+        "bytes appended",
+        "a token flipped in the header",
+        "512 payload bytes flipped",
+        "one payload byte flipped",
+        "no producer",
+    ],
+)
 def test_a_damaged_cache_file_is_a_miss_removed_and_logged(smollm2_path, tmp_path, damage, caplog):
     want, path = stored_entry(smollm2_path, tmp_path)
     path.write_bytes(damages(path.read_bytes())[damage])
@@ -276,8 +284,9 @@ WRITER = textwrap.dedent("""
 def test_a_writer_killed_at_random_points_leaves_a_cache_the_next_process_uses(smollm2_path, tmp_path):
     rng = random.Random(7)
     for _ in range(4):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(smollm2_path), str(tmp_path), STORY],
-                                stdout=subprocess.PIPE, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(smollm2_path), str(tmp_path), STORY], stdout=subprocess.PIPE, cwd=ROOT
+        )
         assert proc.stdout.readline().strip() == b"ready"
         time.sleep(rng.uniform(0.5, 2.5))
         proc.send_signal(signal.SIGKILL)
@@ -319,8 +328,13 @@ FULL_DISK = textwrap.dedent("""
 
 
 def test_a_full_disk_makes_storing_a_quiet_miss(smollm2_path, tmp_path):
-    run = subprocess.run([sys.executable, "-c", FULL_DISK, str(smollm2_path), str(tmp_path), STORY],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(smollm2_path), str(tmp_path), STORY],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     first, again, n_entries = eval(run.stdout.strip())  # noqa: S307 - our own subprocess's repr
     assert first == again and n_entries == 0

@@ -13,10 +13,10 @@ import threading
 import time
 
 import pytest
+from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
-from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 STORY = "Once upon a time, in a small village by the sea, there lived"
 QUESTION = "The three primary colours are"
@@ -113,7 +113,7 @@ def test_closing_a_suspended_stream_does_not_touch_another(llm):
     next(stream)
     other = llm(QUESTION, max_tokens=16, stream=True, **GREEDY)  # parks `stream` at its first chunk
     first = next(other)
-    stream.close()            # its clean-up must not cut `other`'s cache
+    stream.close()  # its clean-up must not cut `other`'s cache
     same(llm, QUESTION, text([first]) + text(other), 16)
     assert list(stream) == []  # a closed stream is exhausted
     assert cache_is_consistent(llm)
@@ -156,8 +156,9 @@ def test_stream_of_a_closed_llama_raises(smollm2_path):
 def test_speculative_stream_parked_and_resumed(llm, smollm2_path):
     from test_speculative import REPETITIVE
 
-    with Llama(smollm2_path, n_ctx=1024, progress=False,
-               speculative=SpecConfig(type=SpeculativeType.NGRAM_MAP_K)) as spec:
+    with Llama(
+        smollm2_path, n_ctx=1024, progress=False, speculative=SpecConfig(type=SpeculativeType.NGRAM_MAP_K)
+    ) as spec:
         alone(spec, REPETITIVE, max_tokens=64, **GREEDY)  # the n-gram drafter has seen the continuation
         stream = spec(REPETITIVE, max_tokens=64, stream=True, **GREEDY)
         head = []

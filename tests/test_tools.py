@@ -11,16 +11,31 @@ from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.chat.reasoning import split_reasoning
 from llama_ffi.high.chat.tools import parse_tool_calls
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "maxLength": 20},
-        "unit": {"enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Current time in a time zone",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 16}},
-                   "required": ["zone"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Current time in a time zone",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 16}},
+            "required": ["zone"],
+        },
+    },
+}
 FUNCTIONS = {t["function"]["name"]: t["function"] for t in (WEATHER, TIME)}
 ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
 
@@ -36,8 +51,13 @@ def _args(call) -> dict:
 
 
 def test_named_tool_choice_forces_a_valid_call(llm):
-    out = llm.create_chat_completion(ASK, tools=[WEATHER, TIME], temperature=0, max_tokens=128,
-                                     tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    out = llm.create_chat_completion(
+        ASK,
+        tools=[WEATHER, TIME],
+        temperature=0,
+        max_tokens=128,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
     choice = out["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     (call,) = choice["message"]["tool_calls"]
@@ -47,9 +67,13 @@ def test_named_tool_choice_forces_a_valid_call(llm):
 
 
 def test_required_tool_choice_calls_some_declared_function(llm):
-    out = llm.create_chat_completion([{"role": "user", "content": "What time is it in Tokyo?"}],
-                                     tools=[WEATHER, TIME], tool_choice="required", temperature=0,
-                                     max_tokens=200)
+    out = llm.create_chat_completion(
+        [{"role": "user", "content": "What time is it in Tokyo?"}],
+        tools=[WEATHER, TIME],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=200,
+    )
     calls = out["choices"][0]["message"]["tool_calls"]
     assert 1 <= len(calls) <= 4
     for call in calls:
@@ -59,21 +83,35 @@ def test_required_tool_choice_calls_some_declared_function(llm):
 
 
 def test_tool_result_turn_is_fed_back(llm):
-    first = llm.create_chat_completion(ASK, tools=[WEATHER], tool_choice="required", temperature=0,
-                                       max_tokens=128)["choices"][0]["message"]
+    first = llm.create_chat_completion(ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=128)[
+        "choices"
+    ][0]["message"]
     call = first["tool_calls"][0]
-    history = ASK + [first, {"role": "tool", "tool_call_id": call["id"], "name": "get_weather",
-                             "content": '{"temperature": 21, "sky": "clear"}'}]
-    out = llm.create_chat_completion(history, tools=[WEATHER], tool_choice="none", temperature=0,
-                                     max_tokens=48)
+    history = ASK + [
+        first,
+        {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "name": "get_weather",
+            "content": '{"temperature": 21, "sky": "clear"}',
+        },
+    ]
+    out = llm.create_chat_completion(history, tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=48)
     message = out["choices"][0]["message"]
     assert "tool_calls" not in message and message["content"]
 
 
 def test_streaming_tool_calls(llm):
-    chunks = list(llm.create_chat_completion(
-        ASK, tools=[WEATHER], stream=True, temperature=0, max_tokens=128,
-        tool_choice={"type": "function", "function": {"name": "get_weather"}}))
+    chunks = list(
+        llm.create_chat_completion(
+            ASK,
+            tools=[WEATHER],
+            stream=True,
+            temperature=0,
+            max_tokens=128,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        )
+    )
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
     calls = [c for ch in chunks for c in ch["choices"][0]["delta"].get("tool_calls", [])]
     assert [c["function"]["name"] for c in calls] == ["get_weather"] and calls[0]["index"] == 0
@@ -86,9 +124,14 @@ def _written(text: str):
 
 
 def test_auto_without_a_call_is_plain_content(llm):
-    out = llm.create_chat_completion([{"role": "user", "content": "Say hello."}], tools=[WEATHER],
-                                     tool_choice="auto", grammar=_written("Hello there."),
-                                     temperature=0, max_tokens=24)
+    out = llm.create_chat_completion(
+        [{"role": "user", "content": "Say hello."}],
+        tools=[WEATHER],
+        tool_choice="auto",
+        grammar=_written("Hello there."),
+        temperature=0,
+        max_tokens=24,
+    )
     message = out["choices"][0]["message"]
     assert message == {"role": "assistant", "content": "Hello there."}
     assert out["choices"][0]["finish_reason"] == "stop"
@@ -96,8 +139,9 @@ def test_auto_without_a_call_is_plain_content(llm):
 
 def test_auto_with_a_call_in_the_reply_returns_it(llm):
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>'
-    out = llm.create_chat_completion(ASK, tools=[WEATHER], tool_choice="auto", grammar=_written(call),
-                                     temperature=0, max_tokens=64)
+    out = llm.create_chat_completion(
+        ASK, tools=[WEATHER], tool_choice="auto", grammar=_written(call), temperature=0, max_tokens=64
+    )
     message = out["choices"][0]["message"]
     assert out["choices"][0]["finish_reason"] == "tool_calls"
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
@@ -105,17 +149,23 @@ def test_auto_with_a_call_in_the_reply_returns_it(llm):
     assert not message.get("content")
 
 
-@pytest.mark.parametrize("text, content", [
-    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>', None),
-    ('Let me check.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}</tool_call>',
-     "Let me check."),
-    ('{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}', None),
-    ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}', None),
-    ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]', None),
-    ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "unit": "celsius"}', None),
-    ('<function=get_weather>{"city": "Paris", "unit": "celsius"}</function>', None),
-    ('>>>get_weather\n{"city": "Paris", "unit": "celsius"}', None),
-])
+@pytest.mark.parametrize(
+    "text, content",
+    [
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>', None),
+        (
+            'Let me check.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+            "</tool_call>",
+            "Let me check.",
+        ),
+        ('{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}', None),
+        ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}', None),
+        ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]', None),
+        ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "unit": "celsius"}', None),
+        ('<function=get_weather>{"city": "Paris", "unit": "celsius"}</function>', None),
+        ('>>>get_weather\n{"city": "Paris", "unit": "celsius"}', None),
+    ],
+)
 def test_parsing_each_family(text, content):
     got_content, calls = parse_tool_calls(text, FUNCTIONS)
     assert got_content == content
@@ -125,21 +175,29 @@ def test_parsing_each_family(text, content):
 
 
 def test_parallel_calls_and_non_calls():
-    text = ('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}</tool_call>\n'
-            '<tool_call>{"name": "get_time", "arguments": {"zone": "CET"}}</tool_call>')
+    text = (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}</tool_call>\n'
+        '<tool_call>{"name": "get_time", "arguments": {"zone": "CET"}}</tool_call>'
+    )
     _, calls = parse_tool_calls(text, FUNCTIONS)
     assert [c["function"]["name"] for c in calls] == ["get_weather", "get_time"]
     for plain in ["The weather is nice.", '{"name": "unknown_fn", "arguments": {}}', '{"a": 1}']:
         assert parse_tool_calls(plain, FUNCTIONS) == (plain, [])
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), "unknown function 'nope'"),
-    (dict(tools=[{"type": "function"}]), "tools[0]"),
-    (dict(tools=[WEATHER, WEATHER]), "declared twice"),
-    (dict(tools=[WEATHER], tool_choice="sometimes"), "tool_choice must be"),
-    (dict(tool_choice="required"), "tool_choice needs tools"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (
+            dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}),
+            "unknown function 'nope'",
+        ),
+        (dict(tools=[{"type": "function"}]), "tools[0]"),
+        (dict(tools=[WEATHER, WEATHER]), "declared twice"),
+        (dict(tools=[WEATHER], tool_choice="sometimes"), "tool_choice must be"),
+        (dict(tool_choice="required"), "tool_choice needs tools"),
+    ],
+)
 def test_bad_tools_are_refused(llm, kwargs, words):
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
         llm.create_chat_completion(ASK, max_tokens=4, **kwargs)
@@ -160,13 +218,18 @@ def test_reasoning_budget_forces_the_end_of_thinking(llm, budget):
 
     messages = [{"role": "user", "content": "Why is the sky blue? Think step by step."}]
     out = llm.create_chat_completion(
-        messages, temperature=0, max_tokens=60, reasoning_budget=budget,
-        reasoning_budget_message=" Time is up.", reasoning_start_in_prompt=True,
-        chat_handler=lambda messages, **kw: render_prompt(llm, messages) + "<think>\n")
+        messages,
+        temperature=0,
+        max_tokens=60,
+        reasoning_budget=budget,
+        reasoning_budget_message=" Time is up.",
+        reasoning_start_in_prompt=True,
+        chat_handler=lambda messages, **kw: render_prompt(llm, messages) + "<think>\n",
+    )
     message = out["choices"][0]["message"]
     reasoning = message["reasoning_content"] or ""
     assert reasoning.endswith("Time is up.")
-    free = reasoning[:-len("Time is up.")]
+    free = reasoning[: -len("Time is up.")]
     assert len(llm.tokenize(free, add_bos=False)) <= budget + 1  # the budget, up to a merged space
     assert not message["content"].startswith("</think>")  # closed once, by the forced end tag
 

@@ -12,8 +12,14 @@ from tools import native_build, vendor
 
 
 def _pin(**changes) -> vendor.Pin:
-    base = vendor.Pin(package="llama-ffi-test-archive", version="0.0.1", sha256="0" * 64,
-                      inner_path="vendor/llama.cpp", commit="abc", build_number=1)
+    base = vendor.Pin(
+        package="llama-ffi-test-archive",
+        version="0.0.1",
+        sha256="0" * 64,
+        inner_path="vendor/llama.cpp",
+        commit="abc",
+        build_number=1,
+    )
     return dataclasses.replace(base, **changes)
 
 

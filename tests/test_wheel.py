@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from near_tie import assert_same_or_near_tie, bound_across
 
 pytestmark = pytest.mark.wheel
@@ -46,31 +45,44 @@ def venv(wheel, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("venv") / "env"
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
     # Only binaries: a step that needed a compiler would fail here rather than build something.
-    subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary", ":all:",
-                    str(wheel)], check=True)
+    subprocess.run(
+        [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary", ":all:", str(wheel)], check=True
+    )
     return root
 
 
 def isolated_env(venv: Path, **extra: str) -> dict[str, str]:
     """Nothing to build with: only the venv on PATH, compilers named as missing files, no tree."""
-    env = {"PATH": str(venv / "bin"), "HOME": os.environ["HOME"], "CC": "/nonexistent/cc",
-           "CXX": "/nonexistent/c++", "LANG": "C.UTF-8"}
+    env = {
+        "PATH": str(venv / "bin"),
+        "HOME": os.environ["HOME"],
+        "CC": "/nonexistent/cc",
+        "CXX": "/nonexistent/c++",
+        "LANG": "C.UTF-8",
+    }
     env.update({k: v for k, v in os.environ.items() if k in ("LLAMA_FFI_CACHE", "XDG_CACHE_HOME", "TMPDIR")})
     env.update(extra)
     return env
 
 
 def run_in_venv(venv: Path, code: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=isolated_env(venv, **extra),
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code],
+        cwd=tmp_path,
+        env=isolated_env(venv, **extra),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_environment_has_nothing_to_build_with(venv, tmp_path):
     env = isolated_env(venv)
     for tool in ("cc", "gcc", "c++", "g++", "clang", "cmake", "ninja"):
         assert shutil.which(tool, path=env["PATH"]) is None, tool
-    proc = run_in_venv(venv, "import importlib.util as u, llama_ffi; print(u.find_spec('cmake'), llama_ffi.__file__)",
-                       tmp_path)
+    proc = run_in_venv(
+        venv, "import importlib.util as u, llama_ffi; print(u.find_spec('cmake'), llama_ffi.__file__)", tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     found_cmake, where = proc.stdout.split()
     assert found_cmake == "None" and where.startswith(str(venv))
@@ -99,12 +111,34 @@ def test_the_cpu_variant_is_the_best_this_cpu_runs(venv, tmp_path, tree):
     assert Path(info["cpu_library"]).is_relative_to(venv)
     # ggml's score (ggml-cpu/arch/x86/cpu-feats.cpp): a variant runs if the CPU has all its
     # features; each feature weighs a power of two in this order.
-    order = ["FMA", "F16C", "SSE42", "BMI2", "AVX", "AVX2", "AVX_VNNI", "AVX512", "AVX512_VBMI", "AVX512_BF16",
-             "AVX512_VNNI", "AMX_INT8"]
-    flag = {"FMA": ["fma"], "F16C": ["f16c"], "SSE42": ["sse4_2"], "BMI2": ["bmi2"], "AVX": ["avx"], "AVX2": ["avx2"],
-            "AVX_VNNI": ["avx_vnni"], "AVX512": ["avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"],
-            "AVX512_VBMI": ["avx512vbmi"], "AVX512_BF16": ["avx512_bf16"], "AVX512_VNNI": ["avx512_vnni"],
-            "AMX_INT8": ["amx_int8"]}
+    order = [
+        "FMA",
+        "F16C",
+        "SSE42",
+        "BMI2",
+        "AVX",
+        "AVX2",
+        "AVX_VNNI",
+        "AVX512",
+        "AVX512_VBMI",
+        "AVX512_BF16",
+        "AVX512_VNNI",
+        "AMX_INT8",
+    ]
+    flag = {
+        "FMA": ["fma"],
+        "F16C": ["f16c"],
+        "SSE42": ["sse4_2"],
+        "BMI2": ["bmi2"],
+        "AVX": ["avx"],
+        "AVX2": ["avx2"],
+        "AVX_VNNI": ["avx_vnni"],
+        "AVX512": ["avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"],
+        "AVX512_VBMI": ["avx512vbmi"],
+        "AVX512_BF16": ["avx512_bf16"],
+        "AVX512_VNNI": ["avx512_vnni"],
+        "AMX_INT8": ["amx_int8"],
+    }
     cpu = set(Path("/proc/cpuinfo").read_text().split())
     from tools.native_build import LEFT_OUT_MODULES, cpu_variants
 
@@ -120,8 +154,14 @@ def test_the_cpu_variant_is_the_best_this_cpu_runs(venv, tmp_path, tree):
 
 def test_readme_completion_runs_without_a_compiler(venv, tmp_path):
     env = isolated_env(venv)
-    proc = subprocess.run([str(venv / "bin" / "llama-ffi"), "complete", PROMPT, "-n", str(N_TOKENS), "--temp", "0"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(venv / "bin" / "llama-ffi"), "complete", PROMPT, "-n", str(N_TOKENS), "--temp", "0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip(), "no completion text"
 
@@ -160,8 +200,12 @@ def test_another_builds_libraries_are_refused(venv, tmp_path):
     other = REPO_ROOT / "llama_ffi" / "lib" / "libllama.so"
     if not other.is_file():
         pytest.skip("no source build in this checkout to load first")
-    on_path = run_in_venv(venv, "import llama_ffi; from llama_ffi import _guard; print(_guard.loaded_library())",
-                          tmp_path, LD_LIBRARY_PATH=str(other.parent))
+    on_path = run_in_venv(
+        venv,
+        "import llama_ffi; from llama_ffi import _guard; print(_guard.loaded_library())",
+        tmp_path,
+        LD_LIBRARY_PATH=str(other.parent),
+    )
     assert on_path.returncode == 0, on_path.stderr
     assert on_path.stdout.strip().startswith(str(venv))
     proc = run_in_venv(venv, "import llama_ffi", tmp_path, LD_PRELOAD=str(other))

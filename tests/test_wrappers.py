@@ -13,15 +13,18 @@ import subprocess
 import venv
 from pathlib import Path
 
+import minilm
 import pytest
 
-import minilm
 from llama_ffi.high import Llama
 
 REPO = Path(__file__).resolve().parent.parent
 WRAPPERS = ["langchain-community==0.4.2", "llama-index-core>=0.13,<0.15"]
 WITHOUT_DEPS = ["llama-index-llms-llama-cpp==0.7.0"]
-SHIM = '"""llama_cpp, as llama-ffi: re-exports only."""\nfrom llama_ffi import Llama, LlamaGrammar, __version__  # noqa: F401\n'
+SHIM = (
+    '"""llama_cpp, as llama-ffi: re-exports only."""\n'
+    "from llama_ffi import Llama, LlamaGrammar, __version__  # noqa: F401\n"
+)
 PROMPT, N = "The capital of France is", 8
 
 SCRIPT = r"""
@@ -42,7 +45,7 @@ li = LlamaCPP(model_path=model, temperature=0, max_new_tokens=%(n)d, context_win
 out["llamaindex"] = li.complete(%(prompt)r).text
 out["llamaindex_window"] = li.metadata.context_window
 print(json.dumps(out))
-""" % {"prompt": PROMPT, "n": N}
+""" % {"prompt": PROMPT, "n": N}  # noqa: UP031 - a script full of braces: %-formatting leaves them alone
 
 
 def _cache() -> Path:
@@ -59,8 +62,9 @@ def wrapper_env(tmp_path_factory) -> tuple[Path, dict]:
         for cmd in (pip + WRAPPERS, pip + ["--no-deps"] + WITHOUT_DEPS):
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
             if done.returncode != 0:
-                pytest.skip(f"the wrappers could not be installed from the registry (offline?): "
-                            f"{done.stderr.strip()[-400:]}")
+                pytest.skip(
+                    f"the wrappers could not be installed from the registry (offline?): {done.stderr.strip()[-400:]}"
+                )
         (env_dir / ".ready").write_text("\n".join(WRAPPERS + WITHOUT_DEPS) + "\n")
     shim = tmp_path_factory.mktemp("shim")
     (shim / "llama_cpp").mkdir()
@@ -71,14 +75,21 @@ def wrapper_env(tmp_path_factory) -> tuple[Path, dict]:
 
 def test_langchain_and_llamaindex_run_unchanged(wrapper_env, tree, smollm2_path):
     python, env = wrapper_env
-    done = subprocess.run([str(python), "-c", SCRIPT, str(smollm2_path), str(minilm.gguf_path(tree))],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    done = subprocess.run(
+        [str(python), "-c", SCRIPT, str(smollm2_path), str(minilm.gguf_path(tree))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     with Llama(smollm2_path, n_ctx=512, progress=False) as llm:
         # LangChain's defaults: repeat_penalty 1.1, top_k 40, top_p 0.95; LlamaIndex passes llama-cpp-python's
-        langchain = llm(PROMPT, max_tokens=N, temperature=0, repeat_penalty=1.1, top_k=40,
-                        top_p=0.95)["choices"][0]["text"]
+        langchain = llm(PROMPT, max_tokens=N, temperature=0, repeat_penalty=1.1, top_k=40, top_p=0.95)["choices"][0][
+            "text"
+        ]
         plain = llm(PROMPT, max_tokens=N, temperature=0)["choices"][0]["text"]
     assert out["langchain"] == out["langchain_stream"] == langchain
     assert out["documents"] == [384, 384] and out["query"] == 384  # LlamaCppEmbeddings passes device=None

@@ -15,9 +15,17 @@ def tensor_shapes(model: Path) -> dict[str, tuple[int, ...]]:
     return {t.name: tuple(int(x) for x in t.shape) for t in gguf.GGUFReader(str(model)).tensors}
 
 
-def write_lora(path: Path, model: Path, seed: int, rank: int = 8, alpha: float = 16.0,
-               targets: tuple[str, ...] = ("attn_q", "attn_v"), strength: float = 0.06,
-               arch: str = "llama", dtype=np.float16) -> Path:
+def write_lora(
+    path: Path,
+    model: Path,
+    seed: int,
+    rank: int = 8,
+    alpha: float = 16.0,
+    targets: tuple[str, ...] = ("attn_q", "attn_v"),
+    strength: float = 0.06,
+    arch: str = "llama",
+    dtype=np.float16,
+) -> Path:
     """``lora_a`` (ne = in × rank) and ``lora_b`` (ne = rank × out) for every target weight."""
     import gguf
 

@@ -34,8 +34,24 @@ class TinyConfig:
 # Token layout of the tiny SPM vocabulary: control tokens, the 256 byte tokens, then words.
 UNK, BOS, EOS = 0, 1, 2
 FIRST_BYTE = 3
-WORDS = ["▁the", "▁cat", "▁sat", "▁on", "▁mat", "▁a", "▁dog", "▁ran", "▁and", "▁is", "▁big",
-         "▁small", "▁red", "▁blue", "▁hello", "▁world"]
+WORDS = [
+    "▁the",
+    "▁cat",
+    "▁sat",
+    "▁on",
+    "▁mat",
+    "▁a",
+    "▁dog",
+    "▁ran",
+    "▁and",
+    "▁is",
+    "▁big",
+    "▁small",
+    "▁red",
+    "▁blue",
+    "▁hello",
+    "▁world",
+]
 
 
 def vocabulary(cfg: TinyConfig) -> tuple[list[str], list[float], list[int]]:
@@ -126,6 +142,7 @@ def finish(writer, path: Path, tensors: dict[str, np.ndarray]) -> Path:
 
 # ---- the oracle -------------------------------------------------------------------------------
 
+
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
@@ -134,7 +151,7 @@ def rope(x: np.ndarray, positions: np.ndarray, base: float) -> np.ndarray:
     """Rotate adjacent pairs (x[2i], x[2i+1]) of each head by pos * base^(-2i/d). x: (T, H, d)."""
     d = x.shape[-1]
     inv_freq = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    angles = positions[:, None].astype(np.float64) * inv_freq[None, :]     # (T, d/2)
+    angles = positions[:, None].astype(np.float64) * inv_freq[None, :]  # (T, d/2)
     cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
     even, odd = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x)
@@ -143,8 +160,7 @@ def rope(x: np.ndarray, positions: np.ndarray, base: float) -> np.ndarray:
     return out
 
 
-def forward(cfg: TinyConfig, w: dict[str, np.ndarray], tokens: list[int],
-            kv_dtype=np.float32) -> np.ndarray:
+def forward(cfg: TinyConfig, w: dict[str, np.ndarray], tokens: list[int], kv_dtype=np.float32) -> np.ndarray:
     """Logits (T, n_vocab) for every position of ``tokens``, causal, positions 0..T-1.
 
     ``kv_dtype`` rounds keys and values as a cache of that type would store them.
@@ -182,4 +198,4 @@ def greedy(cfg: TinyConfig, w: dict[str, np.ndarray], prompt: list[int], n: int)
     tokens = list(prompt)
     for _ in range(n):
         tokens.append(int(np.argmax(forward(cfg, w, tokens)[-1])))
-    return tokens[len(prompt):]
+    return tokens[len(prompt) :]

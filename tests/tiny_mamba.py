@@ -8,7 +8,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-
 from tiny_llama import add_vocabulary, finish
 
 
@@ -34,9 +33,11 @@ def weights(cfg: TinyMambaConfig) -> dict[str, np.ndarray]:
     def mat(*shape: int) -> np.ndarray:  # (out, in) like PyTorch
         return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
 
-    w = {"token_embd.weight": rng.standard_normal((cfg.n_vocab, e)).astype(np.float32),
-         "output_norm.weight": np.ones(e, dtype=np.float32),
-         "output.weight": mat(cfg.n_vocab, e) * 4.0}
+    w = {
+        "token_embd.weight": rng.standard_normal((cfg.n_vocab, e)).astype(np.float32),
+        "output_norm.weight": np.ones(e, dtype=np.float32),
+        "output.weight": mat(cfg.n_vocab, e) * 4.0,
+    }
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
         w[p + "attn_norm.weight"] = np.ones(e, dtype=np.float32)

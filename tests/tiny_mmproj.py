@@ -24,12 +24,18 @@ class _Weights:
         return (base + self.rng.standard_normal(n) * scale).astype(np.float32)
 
 
-def _header(w, modality: str, projector: str, n_embd_text: int, n_embd: int, n_head: int, n_ff: int,
-            n_layer: int) -> None:
+def _header(
+    w, modality: str, projector: str, n_embd_text: int, n_embd: int, n_head: int, n_ff: int, n_layer: int
+) -> None:
     w.add_string("clip.projector_type", projector)
     w.add_bool(f"clip.has_{modality}_encoder", True)
-    for key, value in (("embedding_length", n_embd), ("feed_forward_length", n_ff), ("block_count", n_layer),
-                       ("projection_dim", n_embd_text), ("attention.head_count", n_head)):
+    for key, value in (
+        ("embedding_length", n_embd),
+        ("feed_forward_length", n_ff),
+        ("block_count", n_layer),
+        ("projection_dim", n_embd_text),
+        ("attention.head_count", n_head),
+    ):
         w.add_uint32(f"clip.{modality}.{key}", value)
     w.add_float32(f"clip.{modality}.attention.layer_norm_epsilon", 1e-5)
 
@@ -57,8 +63,18 @@ def _finish(w) -> None:
     w.close()
 
 
-def write_mmproj(path: Path, n_embd_text: int, seed: int = 0, image_size: int = 32, patch: int = 8,
-                 n_embd: int = 32, n_head: int = 2, n_ff: int = 64, n_layer: int = 2, hidden: int = 64) -> Path:
+def write_mmproj(
+    path: Path,
+    n_embd_text: int,
+    seed: int = 0,
+    image_size: int = 32,
+    patch: int = 8,
+    n_embd: int = 32,
+    n_head: int = 2,
+    n_ff: int = 64,
+    n_layer: int = 2,
+    hidden: int = 64,
+) -> Path:
     """A CLIP ViT (patch embedding, class token, pre-norm) and LLaVA's MLP: mm.0, GELU, mm.2."""
     import gguf
 
@@ -84,8 +100,17 @@ def write_mmproj(path: Path, n_embd_text: int, seed: int = 0, image_size: int = 
     return path
 
 
-def write_audio_mmproj(path: Path, n_embd_text: int, seed: int = 0, n_mel: int = 128, n_embd: int = 32,
-                       n_head: int = 2, n_ff: int = 64, n_layer: int = 2, n_pos: int = 1500) -> Path:
+def write_audio_mmproj(
+    path: Path,
+    n_embd_text: int,
+    seed: int = 0,
+    n_mel: int = 128,
+    n_embd: int = 32,
+    n_head: int = 2,
+    n_ff: int = 64,
+    n_layer: int = 2,
+    n_pos: int = 1500,
+) -> Path:
     """Whisper's encoder (two conv1d, then blocks with no k bias, post-norm) and one linear layer
     to the text model; mtmd computes the log-mel input itself."""
     import gguf

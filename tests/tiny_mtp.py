@@ -12,7 +12,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-
 from tiny_llama import add_vocabulary, finish
 
 
@@ -20,8 +19,8 @@ from tiny_llama import add_vocabulary, finish
 class TinyMtpConfig:
     n_vocab: int = 320
     n_embd: int = 64
-    n_trunk: int = 2          # layer 0 dense, layer 1 MoE
-    n_nextn: int = 1          # MTP blocks after the trunk
+    n_trunk: int = 2  # layer 0 dense, layer 1 MoE
+    n_nextn: int = 1  # MTP blocks after the trunk
     n_head: int = 4
     n_head_kv: int = 2
     n_ff: int = 128
@@ -51,9 +50,11 @@ def weights(cfg: TinyMtpConfig) -> dict[str, np.ndarray]:
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     kv = cfg.n_head_kv * cfg.head_dim
-    w = {"token_embd.weight": rng.standard_normal((cfg.n_vocab, e)).astype(np.float32),
-         "output_norm.weight": norm(),
-         "output.weight": mat(cfg.n_vocab, e) * 4.0}
+    w = {
+        "token_embd.weight": rng.standard_normal((cfg.n_vocab, e)).astype(np.float32),
+        "output_norm.weight": norm(),
+        "output.weight": mat(cfg.n_vocab, e) * 4.0,
+    }
     for i in range(cfg.n_trunk + cfg.n_nextn):
         p = f"blk.{i}."
         w[p + "attn_norm.weight"] = norm()
@@ -82,8 +83,9 @@ def weights(cfg: TinyMtpConfig) -> dict[str, np.ndarray]:
             w[p + "nextn.shared_head_norm.weight"] = norm()
     if cfg.bigram:
         for name in w:
-            if name.endswith(("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight",
-                              "ffn_down_shexp.weight")):
+            if name.endswith(
+                ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight")
+            ):
                 w[name][...] = 0.0
         for i in range(cfg.n_trunk, cfg.n_trunk + cfg.n_nextn):
             p = f"blk.{i}.nextn."
@@ -122,6 +124,5 @@ def write_gguf(path: Path, cfg: TinyMtpConfig = TinyMtpConfig(), mtp_only: bool 
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     add_vocabulary(writer, cfg.n_vocab)
     trunk = tuple(f"blk.{i}." for i in range(cfg.n_trunk))
-    tensors = {name: array for name, array in weights(cfg).items()
-               if not (mtp_only and name.startswith(trunk))}
+    tensors = {name: array for name, array in weights(cfg).items() if not (mtp_only and name.startswith(trunk))}
     return finish(writer, path, tensors)

@@ -42,8 +42,7 @@ def cut_layers(src: Path, dst: Path, n_layers: int) -> Path:
         value = n_layers if field.name == block_count else field.contents()
         writer.add_key_value(field.name, value, kind, sub_type=sub)
     layer = re.compile(r"blk\.(\d+)\.")
-    kept = [t for t in reader.tensors
-            if not (m := layer.match(t.name)) or int(m.group(1)) < n_layers]
+    kept = [t for t in reader.tensors if not (m := layer.match(t.name)) or int(m.group(1)) < n_layers]
     for t in kept:
         writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
     writer.write_header_to_file()

@@ -110,8 +110,9 @@ def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
         raise NativeBuildError(f"{what} failed (command above); see its output")
 
 
-def _configure_and_build(tree: Tree, folder: Path, args: list[str], targets: tuple[str, ...],
-                         jobs: int | None, what: str) -> Path:
+def _configure_and_build(
+    tree: Tree, folder: Path, args: list[str], targets: tuple[str, ...], jobs: int | None, what: str
+) -> Path:
     """Configure when the arguments changed, then build ``targets``; return ``folder/bin``."""
     tools = _require_tools()
     folder.mkdir(parents=True, exist_ok=True)
@@ -129,11 +130,26 @@ def _configure_and_build(tree: Tree, folder: Path, args: list[str], targets: tup
         # A tree without its own .git (an sdist) sits inside our checkout: stop git there, or
         # ggml's CMake would record *our* commit as llama.cpp's (and the import guard refuse it).
         env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.path.parent))
-        _run([tools["cmake"], "-S", str(tree.path), "-B", str(folder), "-G", "Ninja",
-              f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}", *args], f"CMake configure ({what})", env)
+        _run(
+            [
+                tools["cmake"],
+                "-S",
+                str(tree.path),
+                "-B",
+                str(folder),
+                "-G",
+                "Ninja",
+                f"-DCMAKE_MAKE_PROGRAM={tools['ninja']}",
+                *args,
+            ],
+            f"CMake configure ({what})",
+            env,
+        )
         stamp.write_text(wanted)
-    _run([tools["cmake"], "--build", str(folder), "--target", *targets,
-          "-j", str(jobs or os.cpu_count() or 2)], f"CMake build ({what})")
+    _run(
+        [tools["cmake"], "--build", str(folder), "--target", *targets, "-j", str(jobs or os.cpu_count() or 2)],
+        f"CMake build ({what})",
+    )
     return folder / "bin"
 
 
@@ -143,17 +159,28 @@ def build(tree: Tree, into: Path | None = None, jobs: int | None = None) -> Path
 
 
 REFERENCE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-reference"
-REFERENCE_TOOLS = ("llama-simple", "llama-completion", "llama-bench", "llama-embedding",
-                   "llama-speculative-simple", "ggml-rpc-server", "llama-batched-bench",
-                   "llama-mtmd-cli", "llama-server")
-_REFERENCE_OPTIONS = {"-DLLAMA_BUILD_COMMON=OFF": "-DLLAMA_BUILD_COMMON=ON",
-                      "-DLLAMA_BUILD_TOOLS=OFF": "-DLLAMA_BUILD_TOOLS=ON",
-                      "-DLLAMA_BUILD_EXAMPLES=OFF": "-DLLAMA_BUILD_EXAMPLES=ON",
-                      "-DLLAMA_BUILD_SERVER=OFF": "-DLLAMA_BUILD_SERVER=ON"}
+REFERENCE_TOOLS = (
+    "llama-simple",
+    "llama-completion",
+    "llama-bench",
+    "llama-embedding",
+    "llama-speculative-simple",
+    "ggml-rpc-server",
+    "llama-batched-bench",
+    "llama-mtmd-cli",
+    "llama-server",
+)
+_REFERENCE_OPTIONS = {
+    "-DLLAMA_BUILD_COMMON=OFF": "-DLLAMA_BUILD_COMMON=ON",
+    "-DLLAMA_BUILD_TOOLS=OFF": "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_EXAMPLES=OFF": "-DLLAMA_BUILD_EXAMPLES=ON",
+    "-DLLAMA_BUILD_SERVER=OFF": "-DLLAMA_BUILD_SERVER=ON",
+}
 
 
-def build_reference_tools(tree: Tree, targets: tuple[str, ...] = REFERENCE_TOOLS,
-                          build_dir: Path = REFERENCE_BUILD_DIR) -> Path:
+def build_reference_tools(
+    tree: Tree, targets: tuple[str, ...] = REFERENCE_TOOLS, build_dir: Path = REFERENCE_BUILD_DIR
+) -> Path:
     """llama.cpp's own programs from the same tree, with the same compile options as the
     libraries, for reference checks and benchmarks only (never shipped)."""
     args = [_REFERENCE_OPTIONS.get(a, a) for a in cmake_args(tree)]
@@ -192,8 +219,10 @@ def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
     for lib in shared_libraries(lib_dir):
         target = dest / lib.name
         # copy2 keeps the mtime: any difference means another build's file (older or newer)
-        if not target.exists() or (target.stat().st_mtime, target.stat().st_size) != (lib.stat().st_mtime,
-                                                                                      lib.stat().st_size):
+        if not target.exists() or (target.stat().st_mtime, target.stat().st_size) != (
+            lib.stat().st_mtime,
+            lib.stat().st_size,
+        ):
             replace_file(lib, target)
         out.append(target)
     for stale in set(dest.glob("lib*.so")) | set(dest.glob("lib*.dylib")):
@@ -204,10 +233,21 @@ def copy_libraries(lib_dir: Path, dest: Path) -> list[Path]:
 
 VARIANTS_DIR = REPO_ROOT / "llama_ffi" / "lib" / "cpu-variants"
 # ggml's feature names (its GGML_<NAME> options) as /proc/cpuinfo spells the flags
-_CPUINFO_FLAGS = {"SSE42": "sse4_2", "AVX": "avx", "F16C": "f16c", "FMA": "fma", "AVX2": "avx2", "BMI2": "bmi2",
-                  "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
-                  "AVX512_BF16": "avx512_bf16", "AVX_VNNI": "avx_vnni", "AMX_TILE": "amx_tile",
-                  "AMX_INT8": "amx_int8"}
+_CPUINFO_FLAGS = {
+    "SSE42": "sse4_2",
+    "AVX": "avx",
+    "F16C": "f16c",
+    "FMA": "fma",
+    "AVX2": "avx2",
+    "BMI2": "bmi2",
+    "AVX512": "avx512f",
+    "AVX512_VBMI": "avx512vbmi",
+    "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16",
+    "AVX_VNNI": "avx_vnni",
+    "AMX_TILE": "amx_tile",
+    "AMX_INT8": "amx_int8",
+}
 
 
 def cpu_variants(tree: Tree) -> dict[str, list[str]]:
@@ -215,9 +255,10 @@ def cpu_variants(tree: Tree) -> dict[str, list[str]]:
     text = (tree.path / "ggml" / "src" / "CMakeLists.txt").read_text()
     first = text.index("ggml_add_cpu_backend_variant(x64")
     start = text.rindex('if (GGML_SYSTEM_ARCH STREQUAL "x86")', 0, first)
-    block = text[start:text.index("elseif", start)]
-    return {m.group(1): m.group(2).split()
-            for m in re.finditer(r"ggml_add_cpu_backend_variant\((\w+)\s*([^)]*)\)", block)}
+    block = text[start : text.index("elseif", start)]
+    return {
+        m.group(1): m.group(2).split() for m in re.finditer(r"ggml_add_cpu_backend_variant\((\w+)\s*([^)]*)\)", block)
+    }
 
 
 def build_cpu_variant(tree: Tree, name: str) -> Path:
@@ -226,11 +267,13 @@ def build_cpu_variant(tree: Tree, name: str) -> Path:
     if name not in variants:
         raise NativeBuildError(f"no CPU variant {name!r} in this tree (it has: {', '.join(variants)})")
     features = variants[name]
-    args = [a for a in cmake_args(tree) if not a.startswith(("-DGGML_NATIVE=", "-DCMAKE_C_FLAGS=",
-                                                              "-DCMAKE_CXX_FLAGS="))]
+    args = [
+        a for a in cmake_args(tree) if not a.startswith(("-DGGML_NATIVE=", "-DCMAKE_C_FLAGS=", "-DCMAKE_CXX_FLAGS="))
+    ]
     args += ["-DGGML_NATIVE=OFF", *(f"-DGGML_{f}=ON" for f in features)]
-    bin_dir = _configure_and_build(tree, REPO_ROOT / "build" / f"llama.cpp-cpu-{name}", args, ("ggml-cpu",),
-                                   None, f"CPU variant {name}")
+    bin_dir = _configure_and_build(
+        tree, REPO_ROOT / "build" / f"llama.cpp-cpu-{name}", args, ("ggml-cpu",), None, f"CPU variant {name}"
+    )
     dest = VARIANTS_DIR / name
     dest.mkdir(parents=True, exist_ok=True)
     replace_file(bin_dir / "libggml-cpu.so", dest / "libggml-cpu.so")

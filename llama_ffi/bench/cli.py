@@ -23,8 +23,18 @@ import sys
 import time
 from pathlib import Path
 
-from llama_ffi.bench.common import (N_GEN, N_PROMPT, PROMPT_SIZES, _median, _peak_rss_mb, ffi_generation_test,
-                                    ffi_prompt_test, find_llama_bench, native_test)
+from llama_ffi.bench.common import (
+    N_GEN,
+    N_PROMPT,
+    PROMPT_SIZES,
+    _median,
+    _peak_rss_mb,
+    ffi_generation_test,
+    ffi_prompt_test,
+    find_llama_bench,
+    native_test,
+)
+
 
 def bench_generation(model: str, threads: int, repeats: int, binary: Path | None) -> tuple[dict, dict | None]:
     """llama-ffi's row and llama-bench's (None without the binary). Each test runs right after
@@ -45,16 +55,28 @@ def bench_generation(model: str, threads: int, repeats: int, binary: Path | None
         tg, overhead = ffi_generation_test(model, threads)
         for key, value in (("load", load), ("pp", pp), ("tg", tg), ("overhead", overhead)):
             ffi[key].append(value)
-    row = {"name": "llama-ffi", "load_s": _median(ffi["load"]), "pp_tps": _median(ffi["pp"]),
-           "tg_tps": _median(ffi["tg"]), "overhead_ms": _median(ffi["overhead"]), "rss_mb": _peak_rss_mb(),
-           "note": "", "prompt": prompt}
+    row = {
+        "name": "llama-ffi",
+        "load_s": _median(ffi["load"]),
+        "pp_tps": _median(ffi["pp"]),
+        "tg_tps": _median(ffi["tg"]),
+        "overhead_ms": _median(ffi["overhead"]),
+        "rss_mb": _peak_rss_mb(),
+        "note": "",
+        "prompt": prompt,
+    }
     if not binary:
         return row, None
     row["tg_ratio"] = _median([f / n for f, n in zip(ffi["tg"], native["tg"])])
-    native_row = {"name": "llama.cpp llama-bench", "load_s": float("nan"),
-                  "pp_tps": _median(prompt[N_PROMPT]["native"]),
-                  "tg_tps": _median(native["tg"]), "overhead_ms": 0.0,
-                  "rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN), "note": ""}
+    native_row = {
+        "name": "llama.cpp llama-bench",
+        "load_s": float("nan"),
+        "pp_tps": _median(prompt[N_PROMPT]["native"]),
+        "tg_tps": _median(native["tg"]),
+        "overhead_ms": 0.0,
+        "rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN),
+        "note": "",
+    }
     return row, native_row
 
 
@@ -66,8 +88,9 @@ def bench_llama_cpp_python(model: str, threads: int, repeats: int) -> dict | Non
     loads, pps, tgs = [], [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        llm = llama_cpp.Llama(model, n_ctx=N_PROMPT + N_GEN + 16, n_threads=threads,
-                              n_threads_batch=threads, verbose=False)
+        llm = llama_cpp.Llama(
+            model, n_ctx=N_PROMPT + N_GEN + 16, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
         loads.append(time.perf_counter() - t0)
         prompt = [(i * 7919) % llm.n_vocab() for i in range(N_PROMPT)]
         t0 = time.perf_counter()
@@ -83,14 +106,22 @@ def bench_llama_cpp_python(model: str, threads: int, repeats: int) -> dict | Non
                 break
         tgs.append(n / (time.perf_counter() - t0))
         llm.close()
-    return {"name": f"llama-cpp-python {llama_cpp.__version__}", "load_s": _median(loads),
-            "pp_tps": _median(pps), "tg_tps": _median(tgs), "overhead_ms": float("nan"),
-            "rss_mb": _peak_rss_mb(), "note": "in-process after llama-ffi: RSS is the max of both"}
+    return {
+        "name": f"llama-cpp-python {llama_cpp.__version__}",
+        "load_s": _median(loads),
+        "pp_tps": _median(pps),
+        "tg_tps": _median(tgs),
+        "overhead_ms": float("nan"),
+        "rss_mb": _peak_rss_mb(),
+        "note": "in-process after llama-ffi: RSS is the max of both",
+    }
 
 
 def _texts(n: int, words: int) -> list[str]:
-    vocab = ("river stone light quiet market garden signal paper winter engine silver forest "
-             "window harbor letter orange thunder music").split()
+    vocab = (
+        "river stone light quiet market garden signal paper winter engine silver forest "
+        "window harbor letter orange thunder music"
+    ).split()
     return [" ".join(vocab[(i * 7 + j * 3) % len(vocab)] for j in range(words)) + f" {i}." for i in range(n)]
 
 
@@ -119,6 +150,7 @@ def bench_embeddings_native(binary: Path, model: str, threads: int) -> list[dict
     """llama-embedding over the same texts (one per line); its model load is timed apart with a
     one-text run and subtracted, so the figure is comparable with the in-process ones."""
     rows = []
+
     def run(texts: list[str]) -> float:
         import tempfile
 
@@ -126,10 +158,27 @@ def bench_embeddings_native(binary: Path, model: str, threads: int) -> list[dict
             f.write("\n".join(texts))
             f.flush()
             t0 = time.perf_counter()
-            subprocess.run([str(binary), "-m", model, "-t", str(threads), "-b", "2048", "-ub", "2048",
-                            "--embd-output-format", "array", "-f", f.name],
-                           capture_output=True, check=True)
+            subprocess.run(
+                [
+                    str(binary),
+                    "-m",
+                    model,
+                    "-t",
+                    str(threads),
+                    "-b",
+                    "2048",
+                    "-ub",
+                    "2048",
+                    "--embd-output-format",
+                    "array",
+                    "-f",
+                    f.name,
+                ],
+                capture_output=True,
+                check=True,
+            )
             return time.perf_counter() - t0
+
     base = run(["x"])
     for label, n, words in EMBEDDING_SETS:
         t = max(run(_texts(n, words)) - base, 1e-9)
@@ -143,8 +192,9 @@ def bench_embeddings_llama_cpp_python(model: str, threads: int, repeats: int) ->
     except ImportError:
         return []
     rows = []
-    llm = llama_cpp.Llama(model, embedding=True, n_threads=threads, n_threads_batch=threads, verbose=False,
-                          n_ctx=512, n_batch=512)
+    llm = llama_cpp.Llama(
+        model, embedding=True, n_threads=threads, n_threads_batch=threads, verbose=False, n_ctx=512, n_batch=512
+    )
     for label, n, words in EMBEDDING_SETS:
         texts = _texts(n, words)
         times = []
@@ -152,8 +202,14 @@ def bench_embeddings_llama_cpp_python(model: str, threads: int, repeats: int) ->
             t0 = time.perf_counter()
             llm.embed(texts)
             times.append(time.perf_counter() - t0)
-        rows.append({"name": f"llama-cpp-python {llama_cpp.__version__}", "set": label,
-                     "texts_s": n / _median(times), "tokens_s": float("nan")})
+        rows.append(
+            {
+                "name": f"llama-cpp-python {llama_cpp.__version__}",
+                "set": label,
+                "texts_s": n / _median(times),
+                "tokens_s": float("nan"),
+            }
+        )
     return rows
 
 
@@ -161,13 +217,13 @@ def bench_embeddings_llama_cpp_python(model: str, threads: int, repeats: int) ->
 # (more methods of the same shape, more records); the last is free text.
 SPEC_PROMPTS = {
     "code (repetitive)": "class Vector:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
-                         "    def add(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
-                         "    def sub(self, other):\n        return Vector(self.x - other.x, self.y - other.y)\n\n"
-                         "    def mul(self, other):\n",
+    "    def add(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
+    "    def sub(self, other):\n        return Vector(self.x - other.x, self.y - other.y)\n\n"
+    "    def mul(self, other):\n",
     "JSON (repetitive)": '[\n  {"id": 1, "name": "user", "email": "user@example.com", "active": true},\n'
-                         '  {"id": 2, "name": "user", "email": "user@example.com", "active": true},\n',
+    '  {"id": 2, "name": "user", "email": "user@example.com", "active": true},\n',
     "table (repetitive)": "| parameter | type | default |\n|---|---|---|\n| n_ctx | int | 512 |\n"
-                          "| n_batch | int | 512 |\n| n_ubatch | int | 512 |\n",
+    "| n_batch | int | 512 |\n| n_ubatch | int | 512 |\n",
     "free text": "Once upon a time, in a small village by the sea, there lived an old fisherman who",
     # n-gram speculation's home ground: output that repeats text from the context (an edit, a quote)
     "copy (repetitive)": (
@@ -176,7 +232,8 @@ SPEC_PROMPTS = {
         "as a herd. Their wool is soft and contains only a small amount of lanolin. Llamas can learn "
         "simple tasks after a few repetitions. When using a pack, they can carry about 25 to 30 "
         "percent of their body weight for 8 to 13 km.\n\nHere is the same paragraph again, copied "
-        "word for word:\n\nLlamas are domesticated"),
+        "word for word:\n\nLlamas are domesticated"
+    ),
 }
 SPEC_GEN = 256
 
@@ -189,12 +246,17 @@ def bench_speculative(model: str, threads: int, repeats: int, draft_model: str |
     from llama_ffi.high import Llama
     from llama_ffi.high.speculative import SpecConfig, SpeculativeType
 
-    configs = {"plain": None, "ngram-map-k": SpecConfig(type=SpeculativeType.NGRAM_MAP_K),
-               "ngram-map-k4v": SpecConfig(type=SpeculativeType.NGRAM_MAP_K4V)}
+    configs = {
+        "plain": None,
+        "ngram-map-k": SpecConfig(type=SpeculativeType.NGRAM_MAP_K),
+        "ngram-map-k4v": SpecConfig(type=SpeculativeType.NGRAM_MAP_K4V),
+    }
     if draft_model:
         configs["draft"] = SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=draft_model)
-    engines = {name: Llama(model, n_ctx=1024, n_threads=threads, n_threads_batch=threads,
-                           progress=False, speculative=cfg) for name, cfg in configs.items()}
+    engines = {
+        name: Llama(model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, progress=False, speculative=cfg)
+        for name, cfg in configs.items()
+    }
     runs: dict[tuple[str, str], dict] = {}
     try:
         for _ in range(repeats):
@@ -209,15 +271,18 @@ def bench_speculative(model: str, threads: int, repeats: int, draft_model: str |
                         pieces.append(chunk["choices"][0]["text"])
                     wall = time.perf_counter() - t0
                     n = chunk["usage"]["completion_tokens"]
-                    run = runs.setdefault((name, label), {"engine": name, "prompt": label, "rates": [],
-                                                          "decode_rates": []})
+                    run = runs.setdefault(
+                        (name, label), {"engine": name, "prompt": label, "rates": [], "decode_rates": []}
+                    )
                     run["rates"].append(n / wall)
                     run["decode_rates"].append((n - 1) / (t0 + wall - first))
                     run["stats"], run["text"] = llm.last_speculative_stats, "".join(pieces)
     finally:
         for llm in engines.values():
             llm.close()
-    rows = sorted(runs.values(), key=lambda r: (list(SPEC_PROMPTS).index(r["prompt"]), list(configs).index(r["engine"])))
+    rows = sorted(
+        runs.values(), key=lambda r: (list(SPEC_PROMPTS).index(r["prompt"]), list(configs).index(r["engine"]))
+    )
     for r in rows:  # speedups: medians of the ratios within a repeat (same machine speed)
         plain = runs[("plain", r["prompt"])]
         r["tps"] = _median(r["rates"])
@@ -237,8 +302,19 @@ _NATIVE_COMMON = ("-n", str(SPEC_GEN), "--temp", "0", "-c", "1024")
 
 def _native_stderr(binary: Path, model: str, threads: int, prompt_file: str, *extra: str) -> str:
     """What one llama.cpp example run prints on stderr (its timings)."""
-    cmd = [str(binary), "-m", model, "-f", prompt_file, "-t", str(threads), "-tb", str(threads),
-           *_NATIVE_COMMON, *extra]
+    cmd = [
+        str(binary),
+        "-m",
+        model,
+        "-f",
+        prompt_file,
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        *_NATIVE_COMMON,
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
 
 
@@ -248,8 +324,9 @@ def _native_plain_rate(completion: Path, model: str, threads: int, prompt_file: 
     return float(re.search(r"([0-9.]+) tokens per second", line).group(1))
 
 
-def _native_spec_run(speculative: Path, model: str, threads: int, prompt_file: str,
-                     spec_type: str) -> tuple[float, int, int]:
+def _native_spec_run(
+    speculative: Path, model: str, threads: int, prompt_file: str, spec_type: str
+) -> tuple[float, int, int]:
     """(decode tokens/s, drafted, accepted) of one llama-speculative-simple run."""
     err = _native_stderr(speculative, model, threads, prompt_file, "--spec-type", spec_type)
     rate = float(re.search(r"decoded +\d+ tokens in +[0-9.]+ seconds, speed: +([0-9.]+)", err).group(1))
@@ -279,10 +356,18 @@ def bench_speculative_native(tools: Path, model: str, threads: int, repeats: int
             for name, results in runs.items():
                 _, drafted, accepted = results[-1]
                 stats = SpeculativeStats(type=name, drafted_tokens=drafted, accepted_tokens=accepted)
-                rows.append({"engine": name, "prompt": label, "tps": None, "speedup": None,
-                             "decode_tps": _median([r[0] for r in results]),
-                             "decode_speedup": _median([r[0] / p for r, p in zip(results, plain)]),
-                             "stats": stats, "identical": None})
+                rows.append(
+                    {
+                        "engine": name,
+                        "prompt": label,
+                        "tps": None,
+                        "speedup": None,
+                        "decode_tps": _median([r[0] for r in results]),
+                        "decode_speedup": _median([r[0] / p for r, p in zip(results, plain)]),
+                        "stats": stats,
+                        "identical": None,
+                    }
+                )
     return rows
 
 
@@ -299,17 +384,22 @@ def speculative_table(rows: list[dict]) -> str:
     def fmt(value, spec: str) -> str:
         return "–" if value is None else format(value, spec)
 
-    out = ["| prompt | engine | t/s | speedup | decode t/s | decode speedup | drafted | accepted | "
-           "acceptance | mean accepted | same text |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    out = [
+        "| prompt | engine | t/s | speedup | decode t/s | decode speedup | drafted | accepted | "
+        "acceptance | mean accepted | same text |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         s = r["stats"]
         mean = f"{s.mean_accepted_length:.2f}" if s and s.draft_calls else "–"
-        figures = (f"{s.drafted_tokens} | {s.accepted_tokens} | {s.acceptance_rate:.0%} | {mean}"
-                   if s else "– | – | – | –")
+        figures = (
+            f"{s.drafted_tokens} | {s.accepted_tokens} | {s.acceptance_rate:.0%} | {mean}" if s else "– | – | – | –"
+        )
         same = {True: "yes", False: "NO", None: "–"}[r["identical"]]
-        out.append(f"| {r['prompt']} | {r['engine']} | {fmt(r['tps'], '.1f')} | {fmt(r['speedup'], '.2f')} | "
-                   f"{r['decode_tps']:.1f} | {r['decode_speedup']:.2f} | {figures} | {same} |")
+        out.append(
+            f"| {r['prompt']} | {r['engine']} | {fmt(r['tps'], '.1f')} | {fmt(r['speedup'], '.2f')} | "
+            f"{r['decode_tps']:.1f} | {r['decode_speedup']:.2f} | {figures} | {same} |"
+        )
     return "\n".join(out)
 
 
@@ -320,64 +410,107 @@ def embedding_table(rows: list[dict]) -> str:
 
 
 def table(rows: list[dict], native: dict | None) -> str:
-    out = ["| implementation | load s | prompt t/s (256) | gen t/s (128) | gen vs native | "
-           "overhead ms/token | peak RSS MB | note |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    out = [
+        "| implementation | load s | prompt t/s (256) | gen t/s (128) | gen vs native | "
+        "overhead ms/token | peak RSS MB | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         ratio = r.get("tg_ratio", r["tg_tps"] / native["tg_tps"] if native else float("nan"))
-        out.append(f"| {r['name']} | {r['load_s']:.3f} | {r['pp_tps']:.1f} | {r['tg_tps']:.1f} | "
-                   f"{ratio:.3f} | {r['overhead_ms']:.3f} | {r['rss_mb']:.0f} | {r['note']} |")
+        out.append(
+            f"| {r['name']} | {r['load_s']:.3f} | {r['pp_tps']:.1f} | {r['tg_tps']:.1f} | "
+            f"{ratio:.3f} | {r['overhead_ms']:.3f} | {r['rss_mb']:.0f} | {r['note']} |"
+        )
     return "\n".join(out)
 
 
 def prompt_table(prompt: dict) -> str:
     """Prompt processing by size: llama-bench (warm), llama-ffi cold and warm, and the median of
     the back-to-back warm / native ratios."""
-    out = ["| prompt tokens | llama-bench t/s | llama-ffi cold t/s | llama-ffi warm t/s | warm vs native | "
-           "cold vs warm |", "|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| prompt tokens | llama-bench t/s | llama-ffi cold t/s | llama-ffi warm t/s | warm vs native | cold vs warm |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for n, runs in prompt.items():
         ratio = _median([w / b for w, b in zip(runs["warm"], runs["native"])]) if runs["native"] else float("nan")
         cold_cost = _median([c / w for c, w in zip(runs["cold"], runs["warm"])])
-        out.append(f"| {n} | {_median(runs['native']):.1f} | {_median(runs['cold']):.1f} | "
-                   f"{_median(runs['warm']):.1f} | {ratio:.3f} | {cold_cost:.3f} |")
+        out.append(
+            f"| {n} | {_median(runs['native']):.1f} | {_median(runs['cold']):.1f} | "
+            f"{_median(runs['warm']):.1f} | {ratio:.3f} | {cold_cost:.3f} |"
+        )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-m", "--model", help="GGUF model, or a registry name: smollm2-135m (the default, "
-                    "Q4_1) or gemma3-270m (Q4_K_M)")
+    ap.add_argument(
+        "-m", "--model", help="GGUF model, or a registry name: smollm2-135m (the default, Q4_1) or gemma3-270m (Q4_K_M)"
+    )
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("--llama-bench", help="path of llama.cpp's llama-bench")
-    ap.add_argument("-e", "--embedding-model", help="an embedding GGUF (e.g. MiniLM f16): adds the "
-                    "embedding throughput table")
+    ap.add_argument(
+        "-e", "--embedding-model", help="an embedding GGUF (e.g. MiniLM f16): adds the embedding throughput table"
+    )
     ap.add_argument("--skip-generation", action="store_true")
     ap.add_argument("--mmproj", help="a multimodal projector: adds the image table against llama-mtmd-cli")
     ap.add_argument("--image", help="the image for --mmproj (default: llama.cpp's tools/mtmd/test-1.jpeg)")
-    ap.add_argument("--parallel", action="store_true", help="add the parallel table: 1-16 sequences "
-                    "decoded together against llama-batched-bench")
-    ap.add_argument("--server", action="store_true", help="add the server table: 1-16 concurrent HTTP clients "
-                    "of llama-ffi serve against llama-server -np N and the in-process engine")
-    ap.add_argument("--concurrent", action="store_true", help="add the concurrent table: 1-16 callers on "
-                    "threads against llama-batched-bench and llama-server -np N with N HTTP clients")
-    ap.add_argument("--rpc", action="store_true", help="add the RPC table: two local llama-ffi rpc-server "
-                    "workers against local decoding (and llama-bench --rpc through the same workers)")
-    ap.add_argument("-s", "--speculative", action="store_true", help="add the speculative decoding "
-                    "table: plain vs n-gram (vs a draft model with --draft-model)")
-    ap.add_argument("--draft-model", help="a draft GGUF with the model's vocabulary (e.g. from "
-                    "python -m tools.draft_model MODEL OUT --layers 6)")
-    ap.add_argument("--against", metavar="PYTHON", help="another Python with llama-ffi installed (e.g. a venv "
-                    "holding the portable wheel): adds a table of its prompt and generation speed against "
-                    "this Python's build, run in turns")
-    ap.add_argument("--soak", type=float, metavar="MINUTES", help="run the soak for MINUTES (one Llama under "
-                    "mixed concurrent load, every greedy answer checked) and print its report")
+    ap.add_argument(
+        "--parallel",
+        action="store_true",
+        help="add the parallel table: 1-16 sequences decoded together against llama-batched-bench",
+    )
+    ap.add_argument(
+        "--server",
+        action="store_true",
+        help="add the server table: 1-16 concurrent HTTP clients "
+        "of llama-ffi serve against llama-server -np N and the in-process engine",
+    )
+    ap.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="add the concurrent table: 1-16 callers on "
+        "threads against llama-batched-bench and llama-server -np N with N HTTP clients",
+    )
+    ap.add_argument(
+        "--rpc",
+        action="store_true",
+        help="add the RPC table: two local llama-ffi rpc-server "
+        "workers against local decoding (and llama-bench --rpc through the same workers)",
+    )
+    ap.add_argument(
+        "-s",
+        "--speculative",
+        action="store_true",
+        help="add the speculative decoding table: plain vs n-gram (vs a draft model with --draft-model)",
+    )
+    ap.add_argument(
+        "--draft-model",
+        help="a draft GGUF with the model's vocabulary (e.g. from python -m tools.draft_model MODEL OUT --layers 6)",
+    )
+    ap.add_argument(
+        "--against",
+        metavar="PYTHON",
+        help="another Python with llama-ffi installed (e.g. a venv "
+        "holding the portable wheel): adds a table of its prompt and generation speed against "
+        "this Python's build, run in turns",
+    )
+    ap.add_argument(
+        "--soak",
+        type=float,
+        metavar="MINUTES",
+        help="run the soak for MINUTES (one Llama under "
+        "mixed concurrent load, every greedy answer checked) and print its report",
+    )
     args = ap.parse_args(argv)
     from llama_ffi import registry
 
     if args.model is None or args.model in registry.BY_NAME:
         args.model = str(registry.fetch(registry.BY_NAME.get(args.model, registry.DEFAULT_MODEL)))
-    print(f"model {args.model}, {args.threads} threads, {args.repeats} repeats, "
-          f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()}")
+    print(
+        f"model {args.model}, {args.threads} threads, {args.repeats} repeats, "
+        f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()}"
+    )
     if args.embedding_model:
         erows = bench_embeddings_ffi(args.embedding_model, args.threads, args.repeats)
         erows += bench_embeddings_llama_cpp_python(args.embedding_model, args.threads, args.repeats)
@@ -393,14 +526,20 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_speculative_native(tools, args.model, args.threads, args.repeats)
             rows.sort(key=lambda r: list(SPEC_PROMPTS).index(r["prompt"]))  # stable: ours first
         else:
-            print("llama-speculative-simple not found: llama.cpp's own n-gram rows are left out "
-                  "(python -m tools.native_build --reference)", file=sys.stderr)
+            print(
+                "llama-speculative-simple not found: llama.cpp's own n-gram rows are left out "
+                "(python -m tools.native_build --reference)",
+                file=sys.stderr,
+            )
         print(speculative_table(rows))
         from llama_ffi.bench import speculative_callers
 
         repetitive = {k: v for k, v in SPEC_PROMPTS.items() if "repetitive" in k}
-        print(speculative_callers.table(speculative_callers.bench(args.model, args.threads, args.repeats, repetitive,
-                                                                  args.draft_model)))
+        print(
+            speculative_callers.table(
+                speculative_callers.bench(args.model, args.threads, args.repeats, repetitive, args.draft_model)
+            )
+        )
     if args.mmproj:
         from llama_ffi.bench import mtmd as bench_mtmd
 
@@ -420,18 +559,25 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_bin = find_llama_bench(args.llama_bench)
         if bench_bin is None:
-            print("llama-server not found: its column is left out (python -m tools.native_build --reference)",
-                  file=sys.stderr)
-        print(bench_server.server_table(bench_server.bench(args.model, args.threads, args.repeats,
-                                                           bench_bin and bench_bin.parent)))
+            print(
+                "llama-server not found: its column is left out (python -m tools.native_build --reference)",
+                file=sys.stderr,
+            )
+        print(
+            bench_server.server_table(
+                bench_server.bench(args.model, args.threads, args.repeats, bench_bin and bench_bin.parent)
+            )
+        )
         return 0
     if args.concurrent:
         from llama_ffi.bench import concurrent
 
         bench_bin = find_llama_bench(args.llama_bench)
         if bench_bin is None:
-            print("llama.cpp's tools not found: their columns are left out "
-                  "(python -m tools.native_build --reference)", file=sys.stderr)
+            print(
+                "llama.cpp's tools not found: their columns are left out (python -m tools.native_build --reference)",
+                file=sys.stderr,
+            )
         rows, latency = concurrent.bench(args.model, args.threads, args.repeats, bench_bin and bench_bin.parent)
         print(concurrent.concurrent_table(rows, latency))
         return 0
@@ -441,15 +587,20 @@ def main(argv: list[str] | None = None) -> int:
         bench_bin = find_llama_bench(args.llama_bench)
         batched = bench_bin.with_name("llama-batched-bench") if bench_bin else None
         if not (batched and batched.is_file()):
-            print("llama-batched-bench not found: its column is left out "
-                  "(python -m tools.native_build --reference)", file=sys.stderr)
+            print(
+                "llama-batched-bench not found: its column is left out (python -m tools.native_build --reference)",
+                file=sys.stderr,
+            )
             batched = None
         print(bench_parallel.parallel_table(bench_parallel.bench(args.model, args.threads, args.repeats, batched)))
     if args.rpc:
         from llama_ffi.bench import rpc as bench_rpc
 
-        print(bench_rpc.rpc_table(bench_rpc.bench(args.model, args.threads, args.repeats,
-                                                  find_llama_bench(args.llama_bench))))
+        print(
+            bench_rpc.rpc_table(
+                bench_rpc.bench(args.model, args.threads, args.repeats, find_llama_bench(args.llama_bench))
+            )
+        )
     if args.against:
         from llama_ffi.bench import builds
 

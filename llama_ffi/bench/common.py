@@ -3,8 +3,6 @@ prompt and generation tests of llama-ffi and llama-bench."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import json
 import os
 import resource
@@ -12,6 +10,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 N_PROMPT, N_GEN = 256, 128
@@ -40,8 +39,12 @@ def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
 
 
 def find_llama_bench(explicit: str | None) -> Path | None:
-    candidates = [explicit, os.environ.get("LLAMA_BENCH"),
-                  "build/llama.cpp-reference/bin/llama-bench", shutil.which("llama-bench")]
+    candidates = [
+        explicit,
+        os.environ.get("LLAMA_BENCH"),
+        "build/llama.cpp-reference/bin/llama-bench",
+        shutil.which("llama-bench"),
+    ]
     for c in candidates:
         if c and Path(c).is_file():
             return Path(c)
@@ -50,8 +53,22 @@ def find_llama_bench(explicit: str | None) -> Path | None:
 
 def native_test(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int, *extra: str) -> float:
     """Tokens/s of one llama-bench test (``-p n_prompt -n n_gen``, one repeat)."""
-    cmd = [str(binary), "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
-           "-r", "1", "-o", "json", *extra]
+    cmd = [
+        str(binary),
+        "-m",
+        model,
+        "-t",
+        str(threads),
+        "-p",
+        str(n_prompt),
+        "-n",
+        str(n_gen),
+        "-r",
+        "1",
+        "-o",
+        "json",
+        *extra,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)[0]["avg_ts"]
 
@@ -66,8 +83,7 @@ def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT, **option
     # One context per test, sized as llama-bench sizes its own (n_prompt, resp. n_gen): the
     # attention work per token grows with the cache, so equal sizes compare equal work.
     t0 = time.perf_counter()
-    with Llama(model, n_ctx=n_prompt, n_threads=threads, n_threads_batch=threads, progress=False,
-               **options) as llm:
+    with Llama(model, n_ctx=n_prompt, n_threads=threads, n_threads_batch=threads, progress=False, **options) as llm:
         load = time.perf_counter() - t0
         prompt = [(i * 7919) % llm.n_vocab for i in range(n_prompt)]
         t0 = time.perf_counter()
@@ -84,8 +100,7 @@ def ffi_generation_test(model: str, threads: int, **options) -> tuple[float, flo
     from llama_ffi import lib
     from llama_ffi.high import Llama
 
-    with Llama(model, n_ctx=N_GEN, n_threads=threads, n_threads_batch=threads, progress=False,
-               **options) as llm:
+    with Llama(model, n_ctx=N_GEN, n_threads=threads, n_threads_batch=threads, progress=False, **options) as llm:
         ban = eog_ban(llm)
         bos = [llm.token_bos()]
         for _ in llm.generate(bos, temperature=0.0, max_tokens=2):  # warm-up, as llama-bench does
@@ -93,8 +108,7 @@ def ffi_generation_test(model: str, threads: int, **options) -> tuple[float, flo
         llm.reset()
         in_decode = lib.llama_ffi_decode_seconds()
         t0 = time.perf_counter()
-        n = sum(1 for _ in llm.generate(bos, temperature=0.0, max_tokens=N_GEN,
-                                        logit_bias=ban))
+        n = sum(1 for _ in llm.generate(bos, temperature=0.0, max_tokens=N_GEN, logit_bias=ban))
         wall = time.perf_counter() - t0
         in_decode = lib.llama_ffi_decode_seconds() - in_decode  # summed inside llama_decode
         return n / wall, (wall - in_decode) * 1e3 / n
@@ -108,8 +122,17 @@ def batched_llama(model: str, threads: int, n_seq_max: int):
     """A Llama sized like the llama-batched-bench runs it is compared with (unified KV cache)."""
     from llama_ffi.high import Llama
 
-    return Llama(model, n_ctx=BATCHED_CTX, n_batch=BATCHED_BATCH, n_ubatch=BATCHED_UBATCH, n_threads=threads,
-                 n_threads_batch=threads, n_seq_max=n_seq_max, kv_unified=True, progress=False)
+    return Llama(
+        model,
+        n_ctx=BATCHED_CTX,
+        n_batch=BATCHED_BATCH,
+        n_ubatch=BATCHED_UBATCH,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_seq_max=n_seq_max,
+        kv_unified=True,
+        progress=False,
+    )
 
 
 def eog_ban(llm) -> dict[int, float]:
@@ -117,12 +140,34 @@ def eog_ban(llm) -> dict[int, float]:
     return {t: -float("inf") for t in llm.tokenizer.end_of_generation()}
 
 
-def batched_bench_row(binary: Path, model: str, threads: int, n_prompt: int, n_gen: int, n_seq: int,
-                      timeout: float | None = None) -> dict:
+def batched_bench_row(
+    binary: Path, model: str, threads: int, n_prompt: int, n_gen: int, n_seq: int, timeout: float | None = None
+) -> dict:
     """llama-batched-bench's result row for ``n_seq`` sequences (its JSON line)."""
-    cmd = [str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_CTX),
-           "-b", str(BATCHED_BATCH), "-ub", str(BATCHED_UBATCH), "-npp", str(n_prompt), "-ntg", str(n_gen),
-           "-npl", str(n_seq), "-kvu", "--output-format", "jsonl"]
+    cmd = [
+        str(binary),
+        "-m",
+        model,
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        "-c",
+        str(BATCHED_CTX),
+        "-b",
+        str(BATCHED_BATCH),
+        "-ub",
+        str(BATCHED_UBATCH),
+        "-npp",
+        str(n_prompt),
+        "-ntg",
+        str(n_gen),
+        "-npl",
+        str(n_seq),
+        "-kvu",
+        "--output-format",
+        "jsonl",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout)
     rows = [json.loads(line) for line in (out.stdout + out.stderr).splitlines() if line.startswith("{")]
     return rows[-1]

@@ -14,8 +14,16 @@ import time
 import urllib.request
 from pathlib import Path
 
-from llama_ffi.bench.common import BATCHED_BATCH, BATCHED_CTX, BATCHED_UBATCH, _median, batched_bench_row, \
-    batched_llama, eog_ban, paired_runs
+from llama_ffi.bench.common import (
+    BATCHED_BATCH,
+    BATCHED_CTX,
+    BATCHED_UBATCH,
+    _median,
+    batched_bench_row,
+    batched_llama,
+    eog_ban,
+    paired_runs,
+)
 
 CALLERS = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 64
@@ -50,8 +58,9 @@ def run_threads(fns) -> float:
 
 def ours(llm, n: int, ban: dict) -> float:
     llm.reset()
-    return run_threads([lambda p=p: llm(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
-                        for p in prompts(llm.n_vocab(), n)])
+    return run_threads(
+        [lambda p=p: llm(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban) for p in prompts(llm.n_vocab(), n)]
+    )
 
 
 def batched_bench(binary: Path, model: str, threads: int, n: int) -> float:
@@ -69,9 +78,28 @@ class HttpServer:
 
         self.port, self.extra = free_port(), dict(extra or {})
         self.proc = subprocess.Popen(
-            [*command, "-m", model, "-t", str(threads), "-c", str(BATCHED_CTX), "-b", str(BATCHED_BATCH),
-             "-ub", str(BATCHED_UBATCH), "-np", str(n), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                *command,
+                "-m",
+                model,
+                "-t",
+                str(threads),
+                "-c",
+                str(BATCHED_CTX),
+                "-b",
+                str(BATCHED_BATCH),
+                "-ub",
+                str(BATCHED_UBATCH),
+                "-np",
+                str(n),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + SERVER_START_S
         while time.monotonic() < deadline:
             try:
@@ -84,10 +112,12 @@ class HttpServer:
         raise RuntimeError(f"{command[0]} did not start")
 
     def complete(self, prompt: list[int]) -> None:
-        body = json.dumps({"prompt": prompt, "max_tokens": N_GEN, "temperature": 0, "ignore_eos": True,
-                           **self.extra}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", body,
-                                     {"Content-Type": "application/json"})
+        body = json.dumps(
+            {"prompt": prompt, "max_tokens": N_GEN, "temperature": 0, "ignore_eos": True, **self.extra}
+        ).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/v1/completions", body, {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=REQUEST_S) as r:
             out = json.loads(r.read())
         if out["usage"]["completion_tokens"] != N_GEN:
@@ -105,8 +135,9 @@ def timed_server(server: HttpServer, n_vocab: int, n: int, repeats: int) -> floa
     """Median wall seconds of ``n`` concurrent clients, after one warm-up request; then stopped."""
     try:
         server.complete(prompts(n_vocab, 1)[0])  # warm-up
-        return _median([run_threads([lambda p=p: server.complete(p) for p in prompts(n_vocab, n)])
-                        for _ in range(repeats)])
+        return _median(
+            [run_threads([lambda p=p: server.complete(p) for p in prompts(n_vocab, n)]) for _ in range(repeats)]
+        )
     finally:
         server.close()
 
@@ -142,23 +173,41 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> tuple[l
     with batched_llama(model, threads, max(CALLERS)) as llm:
         ban = eog_ban(llm)
         ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
-        for n, mine, native in paired_runs(CALLERS, repeats, lambda n: ours(llm, n, ban),
-                                           (lambda n: batched_bench(batched, model, threads, n)) if batched else None):
-            rows.append({"callers": n, "ffi_s": _median(mine), "batched_s": _median(native),
-                         "server_s": server_run(server, model, threads, n, llm.n_vocab(), repeats)
-                         if server else float("nan")})
+        for n, mine, native in paired_runs(
+            CALLERS,
+            repeats,
+            lambda n: ours(llm, n, ban),
+            (lambda n: batched_bench(batched, model, threads, n)) if batched else None,
+        ):
+            rows.append(
+                {
+                    "callers": n,
+                    "ffi_s": _median(mine),
+                    "batched_s": _median(native),
+                    "server_s": server_run(server, model, threads, n, llm.n_vocab(), repeats)
+                    if server
+                    else float("nan"),
+                }
+            )
         latency = short_during_long(llm, ban)
     return rows, latency
 
 
 def concurrent_table(rows: list[dict], latency: tuple[float, float]) -> str:
-    out = ["| callers | llama-batched-bench s | llama-server s | llama-ffi s | llama-ffi gen t/s | "
-           "batched-bench / llama-ffi | llama-server / llama-ffi |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| callers | llama-batched-bench s | llama-server s | llama-ffi s | llama-ffi gen t/s | "
+        "batched-bench / llama-ffi | llama-server / llama-ffi |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        out.append(f"| {r['callers']} | {r['batched_s']:.2f} | {r['server_s']:.2f} | {r['ffi_s']:.2f} | "
-                   f"{r['callers'] * N_GEN / r['ffi_s']:.1f} | {r['batched_s'] / r['ffi_s']:.2f} | "
-                   f"{r['server_s'] / r['ffi_s']:.2f} |")
+        out.append(
+            f"| {r['callers']} | {r['batched_s']:.2f} | {r['server_s']:.2f} | {r['ffi_s']:.2f} | "
+            f"{r['callers'] * N_GEN / r['ffi_s']:.1f} | {r['batched_s'] / r['ffi_s']:.2f} | "
+            f"{r['server_s'] / r['ffi_s']:.2f} |"
+        )
     out.append("")
-    out.append(f"a 16-token request sent 1 s into a 384-token one: done after {latency[0]:.2f} s; "
-               f"the long one after {latency[1]:.2f} s")
+    out.append(
+        f"a 16-token request sent 1 s into a 384-token one: done after {latency[0]:.2f} s; "
+        f"the long one after {latency[1]:.2f} s"
+    )
     return "\n".join(out)

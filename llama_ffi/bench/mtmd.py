@@ -19,8 +19,25 @@ _ENCODE = re.compile(r"batch encoding done in (\d+) ms")
 
 def native(cli: Path, model: str, mmproj: str, image: str, threads: int) -> tuple[float, float]:
     """(encode ms, nan) of llama-mtmd-cli: at this pin it reports the encode time only."""
-    cmd = [str(cli), "-m", model, "--mmproj", mmproj, "--image", image, "-p", QUESTION, "-n", "1",
-           "--temp", "0", "-t", str(threads), "--no-warmup", "--jinja"]
+    cmd = [
+        str(cli),
+        "-m",
+        model,
+        "--mmproj",
+        mmproj,
+        "--image",
+        image,
+        "-p",
+        QUESTION,
+        "-n",
+        "1",
+        "--temp",
+        "0",
+        "-t",
+        str(threads),
+        "--no-warmup",
+        "--jinja",
+    ]
     err = subprocess.run(cmd, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL).stderr
     encode = _ENCODE.search(err)
     if encode is None:
@@ -34,8 +51,12 @@ def ours(llm, image: str) -> tuple[float, float]:
     from llama_ffi import lib
     from llama_ffi.high.chat.completion import plan_chat
 
-    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}},
-                                             {"type": "text", "text": QUESTION}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": QUESTION}],
+        }
+    ]
     prompt = plan_chat(llm, messages, max_tokens=1).tokens
     media = next(p for p in prompt.pieces if p.media_id is not None)
     t0 = time.perf_counter()
@@ -61,16 +82,25 @@ def bench(model: str, mmproj: str, image: str, threads: int, repeats: int, cli: 
     rows = []
     for name, key in (("llama-mtmd-cli", "native"), ("llama-ffi", "ffi")):
         if runs[key]:
-            rows.append({"name": name, "encode_ms": _median([r[0] for r in runs[key]]),
-                         "prompt_tps": _median([r[1] for r in runs[key]])})
+            rows.append(
+                {
+                    "name": name,
+                    "encode_ms": _median([r[0] for r in runs[key]]),
+                    "prompt_tps": _median([r[1] for r in runs[key]]),
+                }
+            )
     if runs["native"]:  # native encode time over ours: above 1 is faster than llama-mtmd-cli
         rows[-1]["ratio"] = _median([n[0] / f[0] for f, n in zip(runs["ffi"], runs["native"])])
     return rows
 
 
 def mtmd_table(rows: list[dict]) -> str:
-    out = ["| implementation | image encode ms | prompt t/s (media included) | encode speed vs native |",
-           "|---|---:|---:|---:|"]
-    out += [f"| {r['name']} | {r['encode_ms']:.1f} | {r['prompt_tps']:.1f} | {r.get('ratio', float('nan')):.3f} |"
-            for r in rows]
+    out = [
+        "| implementation | image encode ms | prompt t/s (media included) | encode speed vs native |",
+        "|---|---:|---:|---:|",
+    ]
+    out += [
+        f"| {r['name']} | {r['encode_ms']:.1f} | {r['prompt_tps']:.1f} | {r.get('ratio', float('nan')):.3f} |"
+        for r in rows
+    ]
     return "\n".join(out)

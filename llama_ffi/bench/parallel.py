@@ -31,17 +31,31 @@ def bench(model: str, threads: int, repeats: int, batched_bench: Path | None) ->
     with batched_llama(model, threads, max(SEQUENCES)) as llm:
         ban = eog_ban(llm)
         ours(llm, 2, ban)  # warm-up, as llama-batched-bench does
-        runs = paired_runs(SEQUENCES, repeats, lambda n: ours(llm, n, ban),
-                           (lambda n: native(batched_bench, model, threads, n)) if batched_bench else None)
-        return [{"n_seq": n_seq, "ffi": _median(mine), "native": _median(theirs),
-                 "ratio": _median([m / t for m, t in zip(mine, theirs)]) if theirs else float("nan")}
-                for n_seq, mine, theirs in runs]
+        runs = paired_runs(
+            SEQUENCES,
+            repeats,
+            lambda n: ours(llm, n, ban),
+            (lambda n: native(batched_bench, model, threads, n)) if batched_bench else None,
+        )
+        return [
+            {
+                "n_seq": n_seq,
+                "ffi": _median(mine),
+                "native": _median(theirs),
+                "ratio": _median([m / t for m, t in zip(mine, theirs)]) if theirs else float("nan"),
+            }
+            for n_seq, mine, theirs in runs
+        ]
 
 
 def parallel_table(rows: list[dict]) -> str:
     single = rows[0]["ffi"]
-    out = ["| sequences | llama-batched-bench gen t/s | llama-ffi gen t/s | vs native | vs 1 sequence |",
-           "|---:|---:|---:|---:|---:|"]
-    out += [f"| {r['n_seq']} | {r['native']:.1f} | {r['ffi']:.1f} | {r['ratio']:.3f} | {r['ffi'] / single:.2f} |"
-            for r in rows]
+    out = [
+        "| sequences | llama-batched-bench gen t/s | llama-ffi gen t/s | vs native | vs 1 sequence |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    out += [
+        f"| {r['n_seq']} | {r['native']:.1f} | {r['ffi']:.1f} | {r['ratio']:.3f} | {r['ffi'] / single:.2f} |"
+        for r in rows
+    ]
     return "\n".join(out)

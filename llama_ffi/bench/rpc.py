@@ -17,8 +17,11 @@ def start_workers(n: int, threads: int) -> list[tuple[subprocess.Popen, str]]:
     workers = []
     for _ in range(n):
         port = rpc.free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "llama_ffi", "rpc-server", "-p", str(port),
-                                 "-t", str(threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_ffi", "rpc-server", "-p", str(port), "-t", str(threads)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         workers.append((proc, f"127.0.0.1:{port}"))
     for proc, endpoint in workers:
         rpc.wait_until_serving(endpoint, proc)
@@ -43,13 +46,22 @@ def bench(model: str, threads: int, repeats: int, llama_bench: Path | None) -> l
         for proc, _ in workers:
             proc.terminate()  # SIGTERM: stops a worker whatever SIGINT disposition it inherited
             proc.wait(timeout=30)
-    names = {"local": "llama-ffi, local CPU", "rpc": "llama-ffi, 2 rpc-server workers",
-             "native": "llama-bench --rpc, same 2 workers"}
+    names = {
+        "local": "llama-ffi, local CPU",
+        "rpc": "llama-ffi, 2 rpc-server workers",
+        "native": "llama-bench --rpc, same 2 workers",
+    }
     rows = []
     for key, r in runs.items():
         if r["tg"]:
-            rows.append({"name": names[key], "pp": _median(r["pp"]), "tg": _median(r["tg"]),
-                         "tg_vs_local": _median([t / l for t, l in zip(r["tg"], runs["local"]["tg"])])})
+            rows.append(
+                {
+                    "name": names[key],
+                    "pp": _median(r["pp"]),
+                    "tg": _median(r["tg"]),
+                    "tg_vs_local": _median([t / here for t, here in zip(r["tg"], runs["local"]["tg"])]),
+                }
+            )
     return rows
 
 

@@ -20,9 +20,14 @@ from llama_ffi.bench.concurrent import CALLERS, N_GEN, HttpServer, prompts, run_
 def in_asyncio(llm, n: int, ban: dict) -> float:
     """The same requests as ``n`` asyncio tasks on the Llama (the driver the server uses), wall
     seconds; its slots keep their caches between runs, as the servers' do."""
+
     async def all_of() -> None:
-        await asyncio.gather(*(llm.acreate_completion(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
-                               for p in prompts(llm.n_vocab(), n)))
+        await asyncio.gather(
+            *(
+                llm.acreate_completion(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
+                for p in prompts(llm.n_vocab(), n)
+            )
+        )
 
     started = time.perf_counter()
     asyncio.run(all_of())
@@ -42,8 +47,11 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[di
         with batched_llama(model, threads, n) as llm:
             ban, n_vocab = eog_ban(llm), llm.n_vocab()
             in_asyncio(llm, n, ban)  # warm-up
-            row = {"clients": n, "native_s": float("nan"),
-                   "in_process_s": _median([in_asyncio(llm, n, ban) for _ in range(repeats)])}
+            row = {
+                "clients": n,
+                "native_s": float("nan"),
+                "in_process_s": _median([in_asyncio(llm, n, ban) for _ in range(repeats)]),
+            }
         servers = {}
         try:
             for key, command in commands.items():
@@ -62,12 +70,19 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[di
 
 
 def server_table(rows: list[dict]) -> str:
-    out = ["| clients | llama-server s | llama-ffi serve s | in-process engine s | llama-server / llama-ffi serve |",
-           "|---:|---:|---:|---:|---:|"]
+    out = [
+        "| clients | llama-server s | llama-ffi serve s | in-process engine s | llama-server / llama-ffi serve |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        out.append(f"| {r['clients']} | {r['native_s']:.2f} | {r['ffi_s']:.2f} | {r['in_process_s']:.2f} | "
-                   f"{r['native_s'] / r['ffi_s']:.2f} |")
+        out.append(
+            f"| {r['clients']} | {r['native_s']:.2f} | {r['ffi_s']:.2f} | {r['in_process_s']:.2f} | "
+            f"{r['native_s'] / r['ffi_s']:.2f} |"
+        )
     one = next(r for r in rows if r["clients"] == 1)
-    out += ["", f"HTTP layer at 1 client: {1000 * (one['ffi_s'] - one['in_process_s']):.1f} ms per request "
-                f"({1000 * (one['ffi_s'] - one['in_process_s']) / N_GEN:.3f} ms per token)"]
+    out += [
+        "",
+        f"HTTP layer at 1 client: {1000 * (one['ffi_s'] - one['in_process_s']):.1f} ms per request "
+        f"({1000 * (one['ffi_s'] - one['in_process_s']) / N_GEN:.3f} ms per token)",
+    ]
     return "\n".join(out)

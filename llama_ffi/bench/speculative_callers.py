@@ -10,12 +10,13 @@ import time
 from llama_ffi.bench.common import _median
 from llama_ffi.bench.concurrent import run_threads
 
-CALLERS = (1, 4, 8)
+CALLERS = (1, 2, 4, 8)
 N_GEN = 128
 
 
-def bench(model: str, threads: int, repeats: int, prompts: dict[str, str], draft_model: str | None = None,
-          callers=CALLERS) -> list[dict]:
+def bench(
+    model: str, threads: int, repeats: int, prompts: dict[str, str], draft_model: str | None = None, callers=CALLERS
+) -> list[dict]:
     """Per engine and number of callers: aggregate tokens/s (median) and the median ratio to plain
     within a repeat. Caller i answers prompt i (mod the prompts), so callers do not share a prefix."""
     from llama_ffi.high import Llama
@@ -24,8 +25,10 @@ def bench(model: str, threads: int, repeats: int, prompts: dict[str, str], draft
     configs = {"plain": None, "ngram (defaults)": SpecConfig()}
     if draft_model:
         configs["draft"] = SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=draft_model)
-    engines = {name: Llama(model, n_ctx=4096, n_threads=threads, n_threads_batch=threads, progress=False,
-                           speculative=cfg) for name, cfg in configs.items()}
+    engines = {
+        name: Llama(model, n_ctx=4096, n_threads=threads, n_threads_batch=threads, progress=False, speculative=cfg)
+        for name, cfg in configs.items()
+    }
     texts = list(prompts.values())
     rates: dict[tuple[str, int], list[float]] = {}
     try:
@@ -48,8 +51,14 @@ def bench(model: str, threads: int, repeats: int, prompts: dict[str, str], draft
     rows = []
     for (name, n), values in rates.items():
         plain = rates[("plain", n)]
-        rows.append({"engine": name, "callers": n, "tps": _median(values),
-                     "speedup": _median([a / b for a, b in zip(values, plain)])})
+        rows.append(
+            {
+                "engine": name,
+                "callers": n,
+                "tps": _median(values),
+                "speedup": _median([a / b for a, b in zip(values, plain)]),
+            }
+        )
     return sorted(rows, key=lambda r: (r["callers"], list(configs).index(r["engine"])))
 
 

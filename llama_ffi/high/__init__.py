@@ -11,6 +11,22 @@ from llama_ffi.high.multimodal import MTMDChatHandler
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.tokenizer import Tokenizer
 
-__all__ = ["ClosedError", "Context", "ContextLengthError", "ContextParams", "DecodeError", "Llama", "LlamaEmbedding",
-           "LlamaCache", "LlamaDiskCache", "LlamaGrammar", "LlamaRAMCache", "LlamaState", "MTMDChatHandler", "Model",
-           "ModelParams", "SamplingParams", "Tokenizer"]
+__all__ = [
+    "ClosedError",
+    "Context",
+    "ContextLengthError",
+    "ContextParams",
+    "DecodeError",
+    "Llama",
+    "LlamaEmbedding",
+    "LlamaCache",
+    "LlamaDiskCache",
+    "LlamaGrammar",
+    "LlamaRAMCache",
+    "LlamaState",
+    "MTMDChatHandler",
+    "Model",
+    "ModelParams",
+    "SamplingParams",
+    "Tokenizer",
+]

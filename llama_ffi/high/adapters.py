@@ -44,8 +44,10 @@ class LoraAdapter:
         with capture_errors() as errors:
             ptr = lib.llama_adapter_lora_init(model.ptr, os.fsencode(self.path))
         if ptr == ffi.NULL:
-            raise ValueError(f"llama.cpp could not load the LoRA adapter {self.path} for this model: "
-                             f"{reason(errors, 'unknown error (see the llama_ffi logger)')}")
+            raise ValueError(
+                f"llama.cpp could not load the LoRA adapter {self.path} for this model: "
+                f"{reason(errors, 'unknown error (see the llama_ffi logger)')}"
+            )
         self._ptr = ptr
         self.metadata = _adapter_metadata(ptr)
 
@@ -80,8 +82,9 @@ def _adapter_metadata(ptr) -> dict[str, str]:
 @contextlib.contextmanager
 def _open_gguf(path: Path, what: str, tensors=None):
     """A gguf_context (with tensor data into ``*tensors`` when given); ValueError when unreadable."""
-    params = ffi.new("struct gguf_init_params *", {"no_alloc": tensors is None,
-                                                   "ctx": ffi.NULL if tensors is None else tensors})
+    params = ffi.new(
+        "struct gguf_init_params *", {"no_alloc": tensors is None, "ctx": ffi.NULL if tensors is None else tensors}
+    )
     with capture_errors() as errors:
         ctx = lib.gguf_init_from_file(os.fsencode(path), params[0])
     if ctx == ffi.NULL:
@@ -132,7 +135,7 @@ def read_control_vector_file(path: str | os.PathLike, scale: float = 1.0) -> tup
         n_embd = -1
         for i in range(lib.gguf_get_n_tensors(gctx)):
             name = ffi.string(lib.gguf_get_tensor_name(gctx, i)).decode("utf-8", "replace")
-            layer = name[len(DIRECTION_PREFIX):] if name.startswith(DIRECTION_PREFIX) else ""
+            layer = name[len(DIRECTION_PREFIX) :] if name.startswith(DIRECTION_PREFIX) else ""
             if not layer.isdigit() or int(layer) == 0:
                 raise ValueError(f"{path}: tensor {name!r} is not direction.<layer> with a layer >= 1")
             tensor = lib.ggml_get_tensor(holder[0], name.encode())
@@ -162,19 +165,25 @@ def control_vector(spec, n_embd: int, n_layer: int) -> ControlVector | None:
         raise TypeError("control_vector must be a dict with 'data' or 'files' (or a ControlVector)")
     unknown = set(spec) - {"data", "files", "layer_start", "layer_end"}
     if unknown or ("data" in spec) == ("files" in spec):
-        raise ValueError("control_vector takes exactly one of 'data' or 'files', plus optional "
-                         f"'layer_start' / 'layer_end'; got keys {sorted(spec)}")
+        raise ValueError(
+            "control_vector takes exactly one of 'data' or 'files', plus optional "
+            f"'layer_start' / 'layer_end'; got keys {sorted(spec)}"
+        )
     start, end = spec.get("layer_start", 1), spec.get("layer_end", n_layer)
     for name, value in (("layer_start", start), ("layer_end", end)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= n_layer:
-            raise ValueError(f"control_vector {name} must be an int in 1..{n_layer} (the model's layers), got {value!r}")
+            raise ValueError(
+                f"control_vector {name} must be an int in 1..{n_layer} (the model's layers), got {value!r}"
+            )
     if start > end:
         raise ValueError(f"control_vector layer_start ({start}) is after layer_end ({end})")
     if "data" in spec:
         data = np.ascontiguousarray(np.asarray(spec["data"], dtype=np.float32).reshape(-1))
         if data.size == 0 or data.size % n_embd or data.size // n_embd > n_layer:
-            raise ValueError(f"control_vector data has {data.size} floats; expected n_embd ({n_embd}) x the "
-                             f"number of layers it covers from layer 1, e.g. {n_embd} x {end} = {n_embd * end}")
+            raise ValueError(
+                f"control_vector data has {data.size} floats; expected n_embd ({n_embd}) x the "
+                f"number of layers it covers from layer 1, e.g. {n_embd} x {end} = {n_embd * end}"
+            )
     else:
         data = _sum_files(spec["files"], n_embd)
     if not np.all(np.isfinite(data)):
@@ -195,7 +204,7 @@ def _sum_files(files, n_embd: int) -> np.ndarray:
             raise ValueError(f"control vector {path} has n_embd {width}; the model has {n_embd}")
         if data.size > total.size:
             total = np.concatenate([total, np.zeros(data.size - total.size, np.float32)])
-        total[:data.size] += data
+        total[: data.size] += data
     return total
 
 
@@ -220,8 +229,9 @@ class Selection:
     @property
     def stable_key(self) -> str:
         """The selection by adapter names, files and scales: the same in another process."""
-        return repr((tuple((a.name, str(a.path), s) for a, s in self.loras),
-                     self.cvec.key if self.cvec is not None else None))
+        return repr(
+            (tuple((a.name, str(a.path), s) for a, s in self.loras), self.cvec.key if self.cvec is not None else None)
+        )
 
 
 BASE = Selection()
@@ -233,8 +243,8 @@ class Adapters:
     def __init__(self, model: Model) -> None:
         self.model = model
         self.by_name: dict[str, LoraAdapter] = {}
-        self.default = BASE          # Llama(lora_path=...): the set for requests that name none
-        self.applied = BASE          # what the context computes with now
+        self.default = BASE  # Llama(lora_path=...): the set for requests that name none
+        self.applied = BASE  # what the context computes with now
         self._live: weakref.WeakSet = weakref.WeakSet()  # selections of unfinished requests
 
     def load(self, name: str, path: str | os.PathLike) -> LoraAdapter:
@@ -249,10 +259,13 @@ class Adapters:
     def unload(self, name: str, context) -> bool:
         """Free an unused adapter; True when the context had it applied (its cache is stale now)."""
         adapter = self._get(name)
-        if any(adapter is a for s in list(self._live) for a, _ in s.loras) or \
-                any(adapter is a for a, _ in self.default.loras):
-            raise RuntimeError(f"the LoRA adapter {name!r} is in use by an unfinished request or stream "
-                               "(or is the default set): finish or close it first")
+        if any(adapter is a for s in list(self._live) for a, _ in s.loras) or any(
+            adapter is a for a, _ in self.default.loras
+        ):
+            raise RuntimeError(
+                f"the LoRA adapter {name!r} is in use by an unfinished request or stream "
+                "(or is the default set): finish or close it first"
+            )
         was_applied = any(adapter is a for a, _ in self.applied.loras)
         if was_applied:
             lib.llama_set_adapters_lora(context.ptr, ffi.NULL, 0, ffi.NULL)
@@ -262,8 +275,10 @@ class Adapters:
         return was_applied
 
     def info(self) -> dict[str, dict]:
-        return {name: {"path": str(a.path), "alpha": a.alpha, "metadata": dict(a.metadata)}
-                for name, a in self.by_name.items()}
+        return {
+            name: {"path": str(a.path), "alpha": a.alpha, "metadata": dict(a.metadata)}
+            for name, a in self.by_name.items()
+        }
 
     def _get(self, name) -> LoraAdapter:
         if name not in self.by_name:
@@ -305,8 +320,12 @@ class Adapters:
             lib.llama_set_adapter_cvec(context.ptr, ffi.NULL, 0, self.model.n_embd, 0, 0)
         else:
             data = ffi.from_buffer("float[]", cvec.data)
-            if lib.llama_set_adapter_cvec(context.ptr, data, cvec.data.size, cvec.n_embd,
-                                          cvec.layer_start, cvec.layer_end) != 0:
+            if (
+                lib.llama_set_adapter_cvec(
+                    context.ptr, data, cvec.data.size, cvec.n_embd, cvec.layer_start, cvec.layer_end
+                )
+                != 0
+            ):
                 raise RuntimeError("llama.cpp refused the control vector")
         self.applied = Selection(selection.loras, selection.cvec)  # a copy: not a request's, not live
         return True

@@ -17,8 +17,7 @@ class Batch:
     def c(self):
         return self._batch
 
-    def fill(self, tokens: Sequence[int], start_pos: int, seq_id: int = 0,
-             logits: str = "last") -> "Batch":
+    def fill(self, tokens: Sequence[int], start_pos: int, seq_id: int = 0, logits: str = "last") -> Batch:
         """Tokens at positions start_pos.. of one sequence; outputs for the last or for all."""
         n = len(tokens)
         if n > self.capacity:

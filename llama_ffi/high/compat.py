@@ -34,8 +34,10 @@ def seed_value(seed: int) -> int:
 # Parameters llama.cpp removed: the value that keeps llama.cpp's behaviour, and why others fail.
 REMOVED_SAMPLING = {
     "tfs_z": (1.0, "tail-free sampling was removed from llama.cpp; use min_p or top_n_sigma"),
-    "penalize_nl": (True, "llama.cpp penalizes the newline like any other token; to spare it, "
-                          "pass logit_bias for the newline token"),
+    "penalize_nl": (
+        True,
+        "llama.cpp penalizes the newline like any other token; to spare it, pass logit_bias for the newline token",
+    ),
 }
 REMOVED_INIT = {
     "n_parts": (-1, "model files are no longer split into parts; llama.cpp loads split GGUFs itself"),
@@ -65,16 +67,20 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     draft_model = kwargs.pop("draft_model", None)
     if draft_model is not None:
         if not hasattr(draft_model, "spec_config"):
-            raise ValueError("draft_model must be a llama_ffi.llama_speculative.LlamaPromptLookupDecoding; for a "
-                             "draft GGUF pass speculative=SpecConfig(type='draft', draft_model_path=...)")
+            raise ValueError(
+                "draft_model must be a llama_ffi.llama_speculative.LlamaPromptLookupDecoding; for a "
+                "draft GGUF pass speculative=SpecConfig(type='draft', draft_model_path=...)"
+            )
         ours["speculative"] = draft_model.spec_config()
     removed_parameters(kwargs, REMOVED_INIT)
     if "spm_infill" in kwargs:  # suffix= order: suffix, then prefix (llama.cpp's --spm-infill)
         ours["spm_infill"] = flag("spm_infill", kwargs.pop("spm_infill"))
     handler_kwargs = kwargs.pop("chat_handler_kwargs", None) or {}  # the fork's: template variables
     if not isinstance(handler_kwargs, dict) or set(handler_kwargs) - {"extra_template_arguments"}:
-        raise ValueError("chat_handler_kwargs takes {'extra_template_arguments': {...}}; a multimodal handler's "
-                         "options go to its constructor (MTMDChatHandler(clip_model_path, image_max_tokens=...))")
+        raise ValueError(
+            "chat_handler_kwargs takes {'extra_template_arguments': {...}}; a multimodal handler's "
+            "options go to its constructor (MTMDChatHandler(clip_model_path, image_max_tokens=...))"
+        )
     ours["template_arguments"] = dict(handler_kwargs.get("extra_template_arguments") or {})
     if "device" in kwargs:  # LangChain's wrappers pass it (None, or a ggml device name)
         ours["device"] = kwargs.pop("device")
@@ -122,11 +128,19 @@ def chat_logprobs(block: dict | None) -> dict | None:
     """A completion's logprobs block in the chat API's shape."""
     if block is None:
         return None
-    return {"content": [
-        {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8")),
-         "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))}
-                          for t, v in (top or {}).items()]}
-        for tok, lp, top in zip(block["tokens"], block["token_logprobs"], block["top_logprobs"])]}
+    return {
+        "content": [
+            {
+                "token": tok,
+                "logprob": lp,
+                "bytes": list(tok.encode("utf-8")),
+                "top_logprobs": [
+                    {"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in (top or {}).items()
+                ],
+            }
+            for tok, lp, top in zip(block["tokens"], block["token_logprobs"], block["top_logprobs"])
+        ]
+    }
 
 
 class LlamaState(bytes):
@@ -138,7 +152,7 @@ class LlamaState(bytes):
     input_ids: np.ndarray
     seed: int
 
-    def __new__(cls, data: bytes, tokens: list[int], seed: int) -> "LlamaState":
+    def __new__(cls, data: bytes, tokens: list[int], seed: int) -> LlamaState:
         self = super().__new__(cls, data)
         self.n_tokens = len(tokens)
         self.input_ids = np.asarray(tokens, dtype=np.intc)
@@ -199,8 +213,11 @@ _numa_started = False
 def init_numa(numa: bool | int) -> None:
     """llama-cpp-python's ``numa``: True (distribute) or a ggml_numa_strategy; once per process."""
     global _numa_started
-    strategy = (lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa else lib.GGML_NUMA_STRATEGY_DISABLED) \
-        if isinstance(numa, bool) else integer("numa", numa, 0, lib.GGML_NUMA_STRATEGY_COUNT - 1)
+    strategy = (
+        (lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa else lib.GGML_NUMA_STRATEGY_DISABLED)
+        if isinstance(numa, bool)
+        else integer("numa", numa, 0, lib.GGML_NUMA_STRATEGY_COUNT - 1)
+    )
     if strategy != lib.GGML_NUMA_STRATEGY_DISABLED and not _numa_started:
         lib.llama_numa_init(strategy)
         _numa_started = True

@@ -30,7 +30,7 @@ class GenerationSettings:
     logits_processor: Sequence[LogitsProcessor] = ()
     stopping_criteria: Sequence[StoppingCriterion] = ()
     adapters: object | None = None  # an adapters.Selection (None: the Llama's default set)
-    logits_all: bool = False        # keep the logits of every position (llama-cpp-python's scores)
+    logits_all: bool = False  # keep the logits of every position (llama-cpp-python's scores)
 
 
 def normalize_stop(stop: str | Sequence[str] | None) -> list[str]:
@@ -86,15 +86,37 @@ class Prepared:
         return iter((self.prompts, self.n, self.settings, self.echo_texts, self.model_name))
 
 
-def prepare(llm, prompt, *, max_tokens: int | None = 16, stop=None, echo: bool = False, logprobs: int | None = None,
-            grammar=None, logits_processor=(), stopping_criteria=(), model: str | None = None, active_loras=None,
-            control_vector=None, n: int = 1, suffix: str | None = None, sampling: dict | None = None) -> Prepared:
+def prepare(
+    llm,
+    prompt,
+    *,
+    max_tokens: int | None = 16,
+    stop=None,
+    echo: bool = False,
+    logprobs: int | None = None,
+    grammar=None,
+    logits_processor=(),
+    stopping_criteria=(),
+    model: str | None = None,
+    active_loras=None,
+    control_vector=None,
+    n: int = 1,
+    suffix: str | None = None,
+    sampling: dict | None = None,
+) -> Prepared:
     """Check everything before any decoding (a stream fails here, not at its first chunk)."""
     sampling = dict(sampling or {})
     compat_options(sampling)
     if suffix is not None:  # fill in the middle: the prompt is the prefix
-        prompt = infill_tokens(lambda t: llm.tokenize(t, add_bos=False), llm._model.vocab_ptr, prompt, suffix,
-                               llm.context.n_batch, llm.context.n_ctx_seq, llm.spm_infill)
+        prompt = infill_tokens(
+            lambda t: llm.tokenize(t, add_bos=False),
+            llm._model.vocab_ptr,
+            prompt,
+            suffix,
+            llm.context.n_batch,
+            llm.context.n_ctx_seq,
+            llm.spm_infill,
+        )
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise TypeError("max_tokens must be an int or None")
     if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= llm.n_vocab):
@@ -109,10 +131,16 @@ def prepare(llm, prompt, *, max_tokens: int | None = 16, stop=None, echo: bool =
         if hasattr(tokens, "check_cells"):  # a prompt with media
             tokens.check_cells(llm.context.n_ctx_seq)
     settings = GenerationSettings(
-        max_tokens=max_tokens, stop=normalize_stop(stop), sampling=llm._sampling_params(**sampling),
-        grammar=grammar, logprobs=logprobs, logits_processor=list(logits_processor),
-        stopping_criteria=list(stopping_criteria), adapters=llm.adapters.select(active_loras, control_vector),
-        logits_all=llm.logits_all)
+        max_tokens=max_tokens,
+        stop=normalize_stop(stop),
+        sampling=llm._sampling_params(**sampling),
+        grammar=grammar,
+        logprobs=logprobs,
+        logits_processor=list(logits_processor),
+        stopping_criteria=list(stopping_criteria),
+        adapters=llm.adapters.select(active_loras, control_vector),
+        logits_all=llm.logits_all,
+    )
     settings.sampling.validate(llm.n_vocab)
     if grammar is not None:
         grammar.check(llm._model)

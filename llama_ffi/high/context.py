@@ -17,8 +17,11 @@ DECODE_ABORTED = 2
 MAX_SEQUENCES = 256  # src/llama-cparams.h LLAMA_MAX_SEQ: not in the public headers
 CHECK_POSITIONS = os.environ.get("LLAMA_FFI_CHECK_CACHE", "") == "1"  # see Context.check_positions
 
-_GGML_TYPES = {name[len("GGML_TYPE_"):].lower(): getattr(lib, name)
-               for name in dir(lib) if name.startswith("GGML_TYPE_") and name != "GGML_TYPE_COUNT"}
+_GGML_TYPES = {
+    name[len("GGML_TYPE_") :].lower(): getattr(lib, name)
+    for name in dir(lib)
+    if name.startswith("GGML_TYPE_") and name != "GGML_TYPE_COUNT"
+}
 
 
 def ggml_type(name: str, value) -> int:
@@ -35,7 +38,7 @@ def ggml_type(name: str, value) -> int:
 class ContextParams:
     """Context parameters with llama-cpp-python's names; ``None`` keeps llama.cpp's default."""
 
-    n_ctx: int | None = None          # 0 = the model's training context
+    n_ctx: int | None = None  # 0 = the model's training context
     n_batch: int | None = None
     n_ubatch: int | None = None
     n_threads: int | None = None
@@ -51,7 +54,7 @@ class ContextParams:
     yarn_orig_ctx: int | None = None
     type_k: int | str | None = None
     type_v: int | str | None = None
-    flash_attn: bool | None = None    # None = llama.cpp's "auto"
+    flash_attn: bool | None = None  # None = llama.cpp's "auto"
     embeddings: bool | None = None
     pooling_type: int | None = None
     offload_kqv: bool | None = None
@@ -59,16 +62,24 @@ class ContextParams:
     swa_full: bool | None = None
     attention_type: int | None = None
     kv_unified: bool | None = None
-    no_perf: bool | None = None       # False: llama.cpp keeps timings (llama_perf_context)
+    no_perf: bool | None = None  # False: llama.cpp keeps timings (llama_perf_context)
     n_outputs_max_per_seq: int | None = None  # backend sampling: outputs per sequence and decode
     moe_cache_size: int | None = None  # bytes of device cache for experts kept in host memory; 0 = off
-    mtp: bool = False                 # a context that runs the model's NextN/MTP block (DRAFT_MTP)
+    mtp: bool = False  # a context that runs the model's NextN/MTP block (DRAFT_MTP)
 
     def to_c(self):
         """Validated ``struct llama_context_params``."""
         cp = lib.llama_context_default_params()
-        ints = {"n_ctx": 0, "n_batch": 1, "n_ubatch": 1, "n_threads": 1, "n_threads_batch": 1,
-                "n_seq_max": 1, "yarn_orig_ctx": 0, "n_outputs_max_per_seq": 0}
+        ints = {
+            "n_ctx": 0,
+            "n_batch": 1,
+            "n_ubatch": 1,
+            "n_threads": 1,
+            "n_threads_batch": 1,
+            "n_seq_max": 1,
+            "yarn_orig_ctx": 0,
+            "n_outputs_max_per_seq": 0,
+        }
         for name, minimum in ints.items():
             value = getattr(self, name)
             if value is not None:
@@ -81,30 +92,40 @@ class ContextParams:
             cp.n_threads_batch = cp.n_threads
         if self.n_seq_max is not None:  # llama.cpp aborts above its internal LLAMA_MAX_SEQ (256)
             integer("n_seq_max", self.n_seq_max, 1, MAX_SEQUENCES)
-        for name in ("rope_freq_base", "rope_freq_scale", "yarn_attn_factor", "yarn_beta_fast",
-                     "yarn_beta_slow"):
+        for name in ("rope_freq_base", "rope_freq_scale", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"):
             value = getattr(self, name)
             if value is not None:
                 setattr(cp, name, number(name, value, minimum=0.0))
         if self.yarn_ext_factor is not None:
             cp.yarn_ext_factor = number("yarn_ext_factor", self.yarn_ext_factor)  # -1 = from model
         if self.rope_scaling_type is not None:
-            cp.rope_scaling_type = integer("rope_scaling_type", self.rope_scaling_type,
-                                           lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
-                                           lib.LLAMA_ROPE_SCALING_TYPE_MAX_VALUE)
+            cp.rope_scaling_type = integer(
+                "rope_scaling_type",
+                self.rope_scaling_type,
+                lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+                lib.LLAMA_ROPE_SCALING_TYPE_MAX_VALUE,
+            )
         if self.pooling_type is not None:
-            cp.pooling_type = integer("pooling_type", self.pooling_type,
-                                      lib.LLAMA_POOLING_TYPE_UNSPECIFIED, lib.LLAMA_POOLING_TYPE_RANK)
+            cp.pooling_type = integer(
+                "pooling_type", self.pooling_type, lib.LLAMA_POOLING_TYPE_UNSPECIFIED, lib.LLAMA_POOLING_TYPE_RANK
+            )
         if self.type_k is not None:
             cp.type_k = ggml_type("type_k", self.type_k)
         if self.type_v is not None:
             cp.type_v = ggml_type("type_v", self.type_v)
         if self.flash_attn is not None:
-            cp.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flag("flash_attn", self.flash_attn)
-                                  else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+            cp.flash_attn_type = (
+                lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flag("flash_attn", self.flash_attn)
+                else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
         if self.attention_type is not None:
-            cp.attention_type = integer("attention_type", self.attention_type,
-                                        lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED, lib.LLAMA_ATTENTION_TYPE_NON_CAUSAL)
+            cp.attention_type = integer(
+                "attention_type",
+                self.attention_type,
+                lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
+                lib.LLAMA_ATTENTION_TYPE_NON_CAUSAL,
+            )
         for name in ("embeddings", "offload_kqv", "op_offload", "swa_full", "kv_unified", "no_perf"):
             value = getattr(self, name)
             if value is not None:
@@ -248,8 +269,10 @@ class Context:
             self.remote.check()  # after a lost RPC worker the cache means nothing: say that instead
         highest, expected = self.seq_pos_max(seq), len(cached) - 1
         if highest != expected and not (cached and cached[-1] < 0 and highest < expected):
-            raise CacheBookkeepingError(f"the KV cache's highest position for sequence {seq} is {highest}, "
-                                        f"but the token list accounts for positions 0..{expected}")
+            raise CacheBookkeepingError(
+                f"the KV cache's highest position for sequence {seq} is {highest}, "
+                f"but the token list accounts for positions 0..{expected}"
+            )
 
     def seq_pos_min(self, seq: int = 0) -> int:
         return lib.llama_memory_seq_pos_min(self.memory, seq)

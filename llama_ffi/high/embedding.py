@@ -57,8 +57,10 @@ def fit(tokens: list[int], limit: int, index: int, truncate: bool) -> list[int]:
     if len(tokens) <= limit:
         return tokens
     if not truncate:
-        raise ValueError(f"input {index} has {len(tokens)} tokens, more than the {limit} a sequence can "
-                         f"hold (n_batch/n_ctx); pass truncate=True to cut it")
+        raise ValueError(
+            f"input {index} has {len(tokens)} tokens, more than the {limit} a sequence can "
+            f"hold (n_batch/n_ctx); pass truncate=True to cut it"
+        )
     return tokens[:limit]
 
 
@@ -70,8 +72,9 @@ def fit(tokens: list[int], limit: int, index: int, truncate: bool) -> list[int]:
 PACK_TOKENS = 512
 
 
-def embed_token_lists(ctx, token_lists: Sequence[list[int]], pooling: int, n_out: int,
-                      pack_tokens: int = PACK_TOKENS) -> Iterator[tuple[int, np.ndarray]]:
+def embed_token_lists(
+    ctx, token_lists: Sequence[list[int]], pooling: int, n_out: int, pack_tokens: int = PACK_TOKENS
+) -> Iterator[tuple[int, np.ndarray]]:
     """(input index, vectors) for each input: shape (n_out,) pooled, (n_tokens, n_embd) for none.
 
     ``n_out`` is n_embd, or for rank pooling 1 (only the first score of each sequence is read).
@@ -82,6 +85,7 @@ def embed_token_lists(ctx, token_lists: Sequence[list[int]], pooling: int, n_out
     batch = Batch(ctx.n_batch, 1)
     pending: list[tuple[int, int, int]] = []  # (input index, first batch row, n_tokens)
     try:
+
         def flush() -> Iterator[tuple[int, np.ndarray]]:
             ctx.clear()  # embeddings need no cache: every batch starts empty
             ctx.decode(batch.c)
@@ -149,11 +153,12 @@ def _context_and_pooling(llm, need_rank: bool = False):
     ctx = llm.context
     pooling = lib.llama_pooling_type(ctx.ptr)
     if not llm._embeddings:
-        raise ValueError("this Llama was created without embeddings=True: create it with "
-                         "Llama(..., embeddings=True) or use LlamaEmbedding")
+        raise ValueError(
+            "this Llama was created without embeddings=True: create it with "
+            "Llama(..., embeddings=True) or use LlamaEmbedding"
+        )
     if need_rank and pooling != lib.LLAMA_POOLING_TYPE_RANK:
-        raise ValueError("rank() needs a reranking model (pooling type rank); this context pools "
-                         f"with type {pooling}")
+        raise ValueError(f"rank() needs a reranking model (pooling type rank); this context pools with type {pooling}")
     return ctx, pooling
 
 
@@ -200,12 +205,14 @@ def create_embedding(llm, input, model, norm, truncate: bool, output_format: str
         return np.stack(vectors) if vectors else np.empty((0, llm.n_embd), dtype=np.float32)
     if output_format == "array":
         return [v.tolist() for v in vectors]
-    out = {"object": "list", "model": model or llm.model_path,
-           "data": [{"object": "embedding", "embedding": v.tolist(), "index": i} for i, v in enumerate(vectors)],
-           "usage": {"prompt_tokens": count, "total_tokens": count}}
+    out = {
+        "object": "list",
+        "model": model or llm.model_path,
+        "data": [{"object": "embedding", "embedding": v.tolist(), "index": i} for i, v in enumerate(vectors)],
+        "usage": {"prompt_tokens": count, "total_tokens": count},
+    }
     if output_format == "json+":
-        out["cosine_similarity"] = (cosine_matrix(np.stack(vectors)).tolist()
-                                    if vectors and vectors[0].ndim == 1 else [])
+        out["cosine_similarity"] = cosine_matrix(np.stack(vectors)).tolist() if vectors and vectors[0].ndim == 1 else []
     return out
 
 
@@ -216,6 +223,7 @@ def rank(llm, query: str, documents) -> list[float]:
     docs = check_inputs(list(documents) if not isinstance(documents, str) else documents)
     if not docs:
         return []
-    scores, _ = embed_all(llm, docs, truncate=True,
-                          tokens_of=lambda d: rerank_tokens(llm.tokenizer, llm._model.ptr, query, d))
+    scores, _ = embed_all(
+        llm, docs, truncate=True, tokens_of=lambda d: rerank_tokens(llm.tokenizer, llm._model.ptr, query, d)
+    )
     return [float(s[0]) for s in scores]

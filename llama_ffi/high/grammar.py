@@ -52,18 +52,18 @@ class LlamaGrammar:
         self._parsed: set[int] = set()  # vocabularies it parsed against
 
     @classmethod
-    def from_string(cls, grammar: str, verbose: bool = True, root: str = "root") -> "LlamaGrammar":
+    def from_string(cls, grammar: str, verbose: bool = True, root: str = "root") -> LlamaGrammar:
         """``verbose`` (llama-cpp-python's): log the grammar text to the llama_ffi logger."""
         if verbose:
             log.debug("grammar:\n%s", grammar)
         return cls(grammar, root)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, verbose: bool = True, root: str = "root") -> "LlamaGrammar":
+    def from_file(cls, path: str | os.PathLike, verbose: bool = True, root: str = "root") -> LlamaGrammar:
         return cls.from_string(Path(path).read_text(encoding="utf-8"), verbose, root)
 
     @classmethod
-    def from_json_schema(cls, json_schema: str | dict, verbose: bool = True) -> "LlamaGrammar":
+    def from_json_schema(cls, json_schema: str | dict, verbose: bool = True) -> LlamaGrammar:
         """The grammar of a JSON Schema (a JSON string, as llama-cpp-python takes it, or a dict)."""
         import json
 

@@ -53,8 +53,9 @@ def _match_one(files: Sequence[str], pattern: str, repo_id: str) -> str:
         return models[0]
     if not models:
         raise HubError(f"no file in {repo_id} matches {pattern!r}; its files: {', '.join(sorted(files)) or 'none'}")
-    raise HubError(f"{len(models)} files in {repo_id} match {pattern!r}: {', '.join(models)}; "
-                   "give a pattern that matches one")
+    raise HubError(
+        f"{len(models)} files in {repo_id} match {pattern!r}: {', '.join(models)}; give a pattern that matches one"
+    )
 
 
 def _wanted(files: Sequence[str], repo_id: str, filename: str, additional_files: Sequence[str]) -> list[str]:
@@ -74,8 +75,11 @@ def _cached_files(hub, repo_id: str, revision: str | None, cache_dir, local_dir)
     """Repository path -> local file, for what ``local_dir`` or the cache holds of ``revision``."""
     if local_dir is not None:
         root = Path(local_dir)
-        return {p.relative_to(root).as_posix(): p for p in root.rglob("*")
-                if p.is_file() and ".cache" not in p.relative_to(root).parts}
+        return {
+            p.relative_to(root).as_posix(): p
+            for p in root.rglob("*")
+            if p.is_file() and ".cache" not in p.relative_to(root).parts
+        }
     try:
         cache = hub.scan_cache_dir(cache_dir)
     except hub.CacheNotFound:
@@ -90,9 +94,14 @@ def _cached_files(hub, repo_id: str, revision: str | None, cache_dir, local_dir)
     return {}
 
 
-def download(repo_id: str, filename: str, additional_files: Sequence[str] | None = None,
-             local_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-             revision: str | None = None) -> Path:
+def download(
+    repo_id: str,
+    filename: str,
+    additional_files: Sequence[str] | None = None,
+    local_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    revision: str | None = None,
+) -> Path:
     """The local path of the model file (its first part when split), fetched if need be."""
     hub = _hub()
     if not isinstance(repo_id, str) or repo_id.count("/") != 1:
@@ -103,17 +112,23 @@ def download(repo_id: str, filename: str, additional_files: Sequence[str] | None
         return cached[_wanted(list(cached), repo_id, filename, extra)[0]]
     except HubError:
         if _offline():
-            raise HubError(f"HF_HUB_OFFLINE is set and the cache does not hold {filename!r} of {repo_id} "
-                           f"(cached: {', '.join(sorted(cached)) or 'nothing'})") from None
+            raise HubError(
+                f"HF_HUB_OFFLINE is set and the cache does not hold {filename!r} of {repo_id} "
+                f"(cached: {', '.join(sorted(cached)) or 'nothing'})"
+            ) from None
     try:
         files = hub.list_repo_files(repo_id, revision=revision)
     except hub.errors.RepositoryNotFoundError:
-        raise HubError(f"repository {repo_id} not found on {hub.constants.ENDPOINT} (or it is private: "
-                       "log in with `hf auth login`)") from None
+        raise HubError(
+            f"repository {repo_id} not found on {hub.constants.ENDPOINT} (or it is private: "
+            "log in with `hf auth login`)"
+        ) from None
     except hub.errors.RevisionNotFoundError:
         raise HubError(f"revision {revision!r} of {repo_id} not found") from None
-    paths = [Path(hub.hf_hub_download(repo_id, path, revision=revision, cache_dir=cache_dir, local_dir=local_dir))
-             for path in _wanted(files, repo_id, filename, extra)]
+    paths = [
+        Path(hub.hf_hub_download(repo_id, path, revision=revision, cache_dir=cache_dir, local_dir=local_dir))
+        for path in _wanted(files, repo_id, filename, extra)
+    ]
     return paths[0]
 
 

@@ -23,8 +23,7 @@ _MAIN_THREAD = threading.main_thread().ident
 
 def install() -> bool:
     """Install the C handler if it may be; True when it was (then call ``lib.llama_ffi_sigint_restore``)."""
-    if (threading.get_ident() != _MAIN_THREAD
-            or _signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    if threading.get_ident() != _MAIN_THREAD or _signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return False
     lib.llama_ffi_sigint_install()
     return True

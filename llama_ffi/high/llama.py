@@ -94,7 +94,8 @@ class Llama:
         self._closed = True
         self.verbose = verbose
         legacy_options = compat.init_options(legacy)
-        type_k, type_v = legacy_options.get("type_k", type_k), legacy_options.get("type_v", type_v)
+        type_k = legacy_options.get("type_k", type_k)
+        type_v = legacy_options.get("type_v", type_v)
         if "speculative" in legacy_options:
             if speculative is not None:
                 raise ValueError("pass either draft_model or speculative, not both")
@@ -102,10 +103,12 @@ class Llama:
         if embedding is not None:
             embeddings = embeddings or flag("embedding", embedding)
         mmproj_path, chat_handler, media_handler, self.template_arguments = multimodal.unpack_handler(
-            chat_handler, mmproj_path, legacy_options.get("template_arguments"))  # + chat_handler_kwargs
+            chat_handler, mmproj_path, legacy_options.get("template_arguments")
+        )  # + chat_handler_kwargs
         if mmproj_path is not None and speculative is not None:
             raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
-        self.chat_format, self.chat_handler = chat_format, chat_handler
+        self.chat_format = chat_format
+        self.chat_handler = chat_handler
         self.spm_infill = legacy_options.get("spm_infill", False)  # suffix= puts the suffix first
         self.logits_all = flag("logits_all", logits_all)
         self.last_n_tokens_size = integer("last_n_tokens_size", last_n_tokens_size, -1)
@@ -116,17 +119,36 @@ class Llama:
             enable_verbose_logging()
         self.set_seed(seed)
         if n_seq_max is None and not embeddings:  # slots for many sequences at once (parallel)
-            n_seq_max, kv_unified = default_slots(n_batch), True if kv_unified is None else kv_unified
+            n_seq_max = default_slots(n_batch)
+            kv_unified = True if kv_unified is None else kv_unified
         cparams = ContextParams(
-            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
-            n_threads_batch=n_threads_batch, rope_scaling_type=rope_scaling_type,
-            rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
-            yarn_ext_factor=yarn_ext_factor, yarn_attn_factor=yarn_attn_factor,
-            yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx,
-            type_k=type_k, type_v=type_v, flash_attn=flash_attn, embeddings=embeddings,
-            pooling_type=pooling_type, n_seq_max=n_seq_max, no_perf=no_perf, kv_unified=kv_unified,
-            offload_kqv=offload_kqv, op_offload=op_offload, swa_full=swa_full, attention_type=attention_type,
-            moe_cache_size=moe_cache_size)
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            n_threads=n_threads,
+            n_threads_batch=n_threads_batch,
+            rope_scaling_type=rope_scaling_type,
+            rope_freq_base=rope_freq_base,
+            rope_freq_scale=rope_freq_scale,
+            yarn_ext_factor=yarn_ext_factor,
+            yarn_attn_factor=yarn_attn_factor,
+            yarn_beta_fast=yarn_beta_fast,
+            yarn_beta_slow=yarn_beta_slow,
+            yarn_orig_ctx=yarn_orig_ctx,
+            type_k=type_k,
+            type_v=type_v,
+            flash_attn=flash_attn,
+            embeddings=embeddings,
+            pooling_type=pooling_type,
+            n_seq_max=n_seq_max,
+            no_perf=no_perf,
+            kv_unified=kv_unified,
+            offload_kqv=offload_kqv,
+            op_offload=op_offload,
+            swa_full=swa_full,
+            attention_type=attention_type,
+            moe_cache_size=moe_cache_size,
+        )
         self.context_params = cparams.to_c()  # validated before the (slow) model load
         batch_size = self.context_params.n_batch
         if speculative is not None:
@@ -134,13 +156,28 @@ class Llama:
         self.model_path = str(model_path)
         self._embeddings = embeddings
         # DRAFT_MTP without a separate file runs the target's own NextN blocks: load them too.
-        builtin_mtp = (speculative is not None and speculative.kind == SpeculativeType.DRAFT_MTP
-                       and speculative.draft_model_path is None)
-        self._model = Model(model_path, ModelParams(
-            n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu, tensor_split=tensor_split,
-            use_mmap=use_mmap, use_mlock=use_mlock, vocab_only=vocab_only, kv_overrides=kv_overrides,
-            progress=progress, rpc_servers=rpc_servers, device=legacy_options.get("device"),
-            load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp)))
+        builtin_mtp = (
+            speculative is not None
+            and speculative.kind == SpeculativeType.DRAFT_MTP
+            and speculative.draft_model_path is None
+        )
+        self._model = Model(
+            model_path,
+            ModelParams(
+                n_gpu_layers=n_gpu_layers,
+                split_mode=split_mode,
+                main_gpu=main_gpu,
+                tensor_split=tensor_split,
+                use_mmap=use_mmap,
+                use_mlock=use_mlock,
+                vocab_only=vocab_only,
+                kv_overrides=kv_overrides,
+                progress=progress,
+                rpc_servers=rpc_servers,
+                device=legacy_options.get("device"),
+                load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp),
+            ),
+        )
         self.tokenizer = Tokenizer(self._model)
         self.model_params = self._model.params  # llama-cpp-python's attribute (the C struct)
         self._context: Context | None = None
@@ -163,27 +200,42 @@ class Llama:
                 self._model.close()
                 raise
             self._batch = Batch(self._context.n_batch)
-            self.mtmd = None if mmproj_path is None else multimodal.MtmdContext(
-                self._model, mmproj_path, n_threads, use_gpu=n_gpu_layers != 0, handler=media_handler)
+            self.mtmd = (
+                None
+                if mmproj_path is None
+                else multimodal.MtmdContext(
+                    self._model, mmproj_path, n_threads, use_gpu=n_gpu_layers != 0, handler=media_handler
+                )
+            )
             self.adapters = adapters.Adapters(self._model)
             if lora_path is not None:
                 self.adapters.load(Path(lora_path).stem, lora_path)
                 self.adapters.default = self.adapters.select(
-                    [{"name": Path(lora_path).stem, "scale": lora_scale}], None)
+                    [{"name": Path(lora_path).stem, "scale": lora_scale}], None
+                )
             self.context_params.n_ctx = self._context.n_ctx  # 0 meant "the model's": say which
             speculation = None if drafters is None else Speculation(speculative, drafters, self._context)
-            self.engine = Engine(self._context, self._batch, self.tokenizer, self.adapters, self.lock,
-                                 self.counters, speculation)
-            self.main_sequence = MainSequence(self._context, self._batch, self.engine, self.tokenizer, self.counters,
-                                              self.logits_all)
+            self.engine = Engine(
+                self._context, self._batch, self.tokenizer, self.adapters, self.lock, self.counters, speculation
+            )
+            self.main_sequence = MainSequence(
+                self._context, self._batch, self.engine, self.tokenizer, self.counters, self.logits_all
+            )
         self._closed = False
         if warmup and self._context is not None:
             self.warm_up()
 
     @classmethod
-    def from_pretrained(cls, repo_id: str, filename: str, additional_files: Sequence[str] | None = None,
-                        local_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-                        revision: str | None = None, **kwargs) -> "Llama":
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str,
+        additional_files: Sequence[str] | None = None,
+        local_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        revision: str | None = None,
+        **kwargs,
+    ) -> Llama:
         """A model from the Hugging Face Hub, offline first (see ``llama_ffi.high.hub``)."""
         return cls(hub.download(repo_id, filename, additional_files, local_dir, cache_dir, revision), **kwargs)
 
@@ -210,7 +262,7 @@ class Llama:
         if not getattr(self, "_closed", True):
             self.close()
 
-    def __enter__(self) -> "Llama":
+    def __enter__(self) -> Llama:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -292,15 +344,16 @@ class Llama:
         self._check_open()
         return self.tokenizer.tokenize(text, add_bos, special)
 
-    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
-                   special: bool = False) -> bytes:
+    def detokenize(
+        self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None, special: bool = False
+    ) -> bytes:
         """The text of ``tokens``; after ``prev_tokens`` when given (a leading space that only
         exists at the start of a text is then kept or dropped as in the whole text)."""
         self._check_open()
         if not prev_tokens:
             return self.tokenizer.detokenize(tokens, special)
         head = self.tokenizer.detokenize(list(prev_tokens), special)
-        return self.tokenizer.detokenize(list(prev_tokens) + list(tokens), special)[len(head):]
+        return self.tokenizer.detokenize(list(prev_tokens) + list(tokens), special)[len(head) :]
 
     # ---- evaluation ----------------------------------------------------------------------------------
     # ---- the main sequence (llama-cpp-python's single-sequence attributes) ----------------------------
@@ -386,8 +439,9 @@ class Llama:
         """Zero-copy view of the logits of the last evaluated token."""
         return self.context.logits(-1)
 
-    def sample(self, *, grammar: LlamaGrammar | None = None, logits_processor=None,
-               idx: int | None = None, **sampling) -> int:
+    def sample(
+        self, *, grammar: LlamaGrammar | None = None, logits_processor=None, idx: int | None = None, **sampling
+    ) -> int:
         """Sample one token with a fresh sampler chain from the logits of the last evaluated
         token (``idx``: of that cached position, with ``logits_all=True``)."""
         compat.completion_options(sampling)
@@ -398,8 +452,10 @@ class Llama:
                 chain.accept_prompt(self.tokens)
                 output = -1
                 if idx is not None and idx != len(self.tokens) - 1:
-                    raise ValueError(f"idx={idx}: only the last evaluated position ({len(self.tokens) - 1}) "
-                                     "has logits in the context; read others from llm.scores")
+                    raise ValueError(
+                        f"idx={idx}: only the last evaluated position ({len(self.tokens) - 1}) "
+                        "has logits in the context; read others from llm.scores"
+                    )
                 for proc in _as_list(logits_processor):
                     logits = self.context.logits(output)
                     np.copyto(logits, proc(self.input_ids, logits))
@@ -407,19 +463,34 @@ class Llama:
             finally:
                 chain.close()
 
-    def generate(self, tokens: Sequence[int], *, grammar: LlamaGrammar | None = None,
-                 logits_processor=None, stopping_criteria=None, max_tokens: int | None = None,
-                 reset: bool = True, active_loras=None, control_vector=None, **sampling) -> Iterator[int]:
+    def generate(
+        self,
+        tokens: Sequence[int],
+        *,
+        grammar: LlamaGrammar | None = None,
+        logits_processor=None,
+        stopping_criteria=None,
+        max_tokens: int | None = None,
+        reset: bool = True,
+        active_loras=None,
+        control_vector=None,
+        **sampling,
+    ) -> Iterator[int]:
         """Token iterator: evaluates ``tokens`` then yields sampled tokens until EOG / full context.
         ``reset=False`` continues after what the cache holds (``tokens`` follow it)."""
         compat.completion_options(sampling)
         if not flag("reset", reset):
             tokens = self.tokens + list(tokens)
         settings = completion.GenerationSettings(
-            max_tokens=max_tokens, stop=[], sampling=self._sampling_params(**sampling),
-            grammar=grammar, logits_processor=_as_list(logits_processor),
+            max_tokens=max_tokens,
+            stop=[],
+            sampling=self._sampling_params(**sampling),
+            grammar=grammar,
+            logits_processor=_as_list(logits_processor),
             stopping_criteria=_as_list(stopping_criteria),
-            adapters=self.adapters.select(active_loras, control_vector), logits_all=self.logits_all)
+            adapters=self.adapters.select(active_loras, control_vector),
+            logits_all=self.logits_all,
+        )
         return results.tokens(results.Call(self, [list(tokens)], 1, settings, [""], self.model_path, streamed=True))
 
     # ---- completion ------------------------------------------------------------------------------------
@@ -450,10 +521,22 @@ class Llama:
         1, decodes all choices together; so do calls from several threads (``llama_ffi.high.engine``)."""
         self._check_open()
         request = completion.prepare(
-            self, prompt, max_tokens=max_tokens, stop=stop, echo=echo, logprobs=logprobs, grammar=grammar,
-            logits_processor=_as_list(logits_processor), stopping_criteria=_as_list(stopping_criteria),
-            model=model, active_loras=active_loras, control_vector=control_vector, n=n, suffix=suffix,
-            sampling=sampling)
+            self,
+            prompt,
+            max_tokens=max_tokens,
+            stop=stop,
+            echo=echo,
+            logprobs=logprobs,
+            grammar=grammar,
+            logits_processor=_as_list(logits_processor),
+            stopping_criteria=_as_list(stopping_criteria),
+            model=model,
+            active_loras=active_loras,
+            control_vector=control_vector,
+            n=n,
+            suffix=suffix,
+            sampling=sampling,
+        )
         return results.completion(results.Call(self, *request, streamed=stream))
 
     async def acreate_completion(self, prompt, *, stream: bool = False, **kwargs):
@@ -464,8 +547,12 @@ class Llama:
         for name in ("logits_processor", "stopping_criteria"):
             kwargs[name] = _as_list(kwargs.get(name))
         known = set(completion.prepare.__kwdefaults__)
-        request = completion.prepare(self, prompt, **{k: v for k, v in kwargs.items() if k in known},
-                                     sampling={k: v for k, v in kwargs.items() if k not in known})
+        request = completion.prepare(
+            self,
+            prompt,
+            **{k: v for k, v in kwargs.items() if k in known},
+            sampling={k: v for k, v in kwargs.items() if k not in known},
+        )
         return await results.acompletion(results.Call(self, *request, streamed=stream, in_asyncio=True))
 
     __call__ = create_completion
@@ -490,14 +577,25 @@ class Llama:
     # llama-cpp-python's Llama.embed does not normalise unless asked; LlamaEmbedding does.
     DEFAULT_NORMALIZE: int | bool = False
 
-    def embed(self, input: str | Sequence[str], normalize: int | bool | None = None, truncate: bool = True,
-              return_count: bool = False):
+    def embed(
+        self,
+        input: str | Sequence[str],
+        normalize: int | bool | None = None,
+        truncate: bool = True,
+        return_count: bool = False,
+    ):
         """Embeddings as lists of floats: one vector per input, or per token with pooling none.
         ``normalize``: see ``embedding.normalize`` (True: euclidean); default DEFAULT_NORMALIZE."""
         return embedding.embed(self, input, normalize, truncate, return_count)
 
-    def create_embedding(self, input: str | Sequence[str], model: str | None = None,
-                         normalize: int | bool | None = None, truncate: bool = True, output_format: str = "json"):
+    def create_embedding(
+        self,
+        input: str | Sequence[str],
+        model: str | None = None,
+        normalize: int | bool | None = None,
+        truncate: bool = True,
+        output_format: str = "json",
+    ):
         """OpenAI-shaped embeddings. ``output_format``: "json" (the dict), "json+" (adds the cosine
         similarity matrix), "array" (list of vectors) or "numpy" (one 2-D array, pooled only)."""
         return embedding.create_embedding(self, input, model, normalize, truncate, output_format)

@@ -43,11 +43,11 @@ class MainSequence:
         logits = "all" if self.logits_all else "last"
         step = batch.capacity
         for i in range(0, len(tokens), step):
-            part = list(tokens[i:i + step])
+            part = list(tokens[i : i + step])
             try:
                 ctx.decode(batch.fill(part, start + i, slot.seq, logits).c)
             except KeyboardInterrupt:  # the sequence keeps what llama.cpp decoded of it
-                del slot.tokens[max(ctx.seq_pos_max(slot.seq) + 1, 0):]
+                del slot.tokens[max(ctx.seq_pos_max(slot.seq) + 1, 0) :]
                 raise
             if self._observe is not None:
                 self._observe([(slot.seq, part, start + i, 0)])
@@ -80,8 +80,9 @@ class MainSequence:
         """Decode BOS and EOS once and forget every cache (llama.cpp's warm-up at load), so that the
         first prompt does not pay for touching the weights; the counters do not move."""
         vocab = self.context.model.vocab_ptr
-        tokens = [t for t in (lib.llama_vocab_bos(vocab), lib.llama_vocab_eos(vocab))
-                  if t != lib.LLAMA_TOKEN_NULL] or [0]
+        tokens = [t for t in (lib.llama_vocab_bos(vocab), lib.llama_vocab_eos(vocab)) if t != lib.LLAMA_TOKEN_NULL] or [
+            0
+        ]
         evaluated = self.counters.evaluated
         self.decode(tokens, 0)
         self.engine.slots.forget_all()

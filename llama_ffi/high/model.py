@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from llama_ffi import ffi, lib, rpc
-from llama_ffi.devices import device_by_name
 from llama_ffi._logging import capture_errors, reason
+from llama_ffi.devices import device_by_name
 from llama_ffi.high._checks import flag, integer, number
 from llama_ffi.high.validate import check_model_file
 
@@ -32,7 +32,7 @@ class ModelParams:
     vocab_only: bool = False
     kv_overrides: Mapping[str, bool | int | float | str] | None = None
     progress: bool | None = None  # None: a bar when stderr is a terminal
-    load_mtp: bool = False        # also load the NextN/MTP blocks (speculative DRAFT_MTP)
+    load_mtp: bool = False  # also load the NextN/MTP blocks (speculative DRAFT_MTP)
     rpc_servers: str | Sequence[str] | None = None  # workers' "host:port" (llama_ffi.rpc)
     device: str | None = None  # one ggml device by name ("CPU": no offload), as llama.cpp's --device
 
@@ -50,8 +50,10 @@ class ModelParams:
                 raise ValueError("pass either device or rpc_servers: the workers' devices are the model's devices")
         if self.tensor_split is not None:
             if len(self.tensor_split) > lib.llama_max_devices():
-                raise ValueError(f"tensor_split has {len(self.tensor_split)} weights; llama.cpp takes at most "
-                                 f"{lib.llama_max_devices()} (llama_max_devices)")
+                raise ValueError(
+                    f"tensor_split has {len(self.tensor_split)} weights; llama.cpp takes at most "
+                    f"{lib.llama_max_devices()} (llama_max_devices)"
+                )
             for i, w in enumerate(self.tensor_split):
                 number(f"tensor_split[{i}]", w, 0.0)
         for name in ("use_mmap", "use_mlock", "vocab_only"):
@@ -122,8 +124,12 @@ def load_mode(use_mmap: bool | None, use_mlock: bool | None) -> int:
     became one enum; an unset flag keeps its llama-cpp-python default: mmap on, mlock off)."""
     mmap = True if use_mmap is None else use_mmap
     mlock = False if use_mlock is None else use_mlock
-    return {(True, False): lib.LLAMA_LOAD_MODE_MMAP, (False, False): lib.LLAMA_LOAD_MODE_NONE,
-            (True, True): lib.LLAMA_LOAD_MODE_MMAP_MLOCK, (False, True): lib.LLAMA_LOAD_MODE_MLOCK}[(mmap, mlock)]
+    return {
+        (True, False): lib.LLAMA_LOAD_MODE_MMAP,
+        (False, False): lib.LLAMA_LOAD_MODE_NONE,
+        (True, True): lib.LLAMA_LOAD_MODE_MMAP_MLOCK,
+        (False, True): lib.LLAMA_LOAD_MODE_MLOCK,
+    }[(mmap, mlock)]
 
 
 def _apply_overrides(mp, overrides: Mapping[str, bool | int | float | str], keep: list) -> None:
@@ -187,7 +193,7 @@ class Model:
             keep.append(devices)
         if params.tensor_split is not None:
             split = ffi.new("float[]", max(lib.llama_max_devices(), 1))
-            split[0:len(params.tensor_split)] = list(params.tensor_split)
+            split[0 : len(params.tensor_split)] = list(params.tensor_split)
             mp.tensor_split = split
             keep.append(split)
         if params.use_mmap is not None or params.use_mlock is not None:
@@ -214,8 +220,9 @@ class Model:
             else:
                 self.remote.check()
         if ptr == ffi.NULL:
-            raise ValueError(f"llama.cpp could not load {self.path}: "
-                             f"{reason(errors, 'unknown error (see the llama_ffi logger)')}")
+            raise ValueError(
+                f"llama.cpp could not load {self.path}: {reason(errors, 'unknown error (see the llama_ffi logger)')}"
+            )
         self._ptr = ptr
         self.vocab = lib.llama_model_get_vocab(ptr)
         self.params, self._keep = mp, keep  # the struct points into what keep holds
@@ -250,7 +257,7 @@ class Model:
         if getattr(self, "_ptr", ffi.NULL) != ffi.NULL or getattr(self, "remote", None) is not None:
             self.close()
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -263,7 +270,7 @@ class Model:
 
     @property
     def vocab_ptr(self):
-        self.ptr  # raises after close
+        self.ptr  # noqa: B018 - raises after close
         return self.vocab
 
     @property

@@ -73,7 +73,8 @@ class SamplingParams:
         integer("dry_allowed_length", self.dry_allowed_length, 0)
         integer("dry_penalty_last_n", self.dry_penalty_last_n, -1)
         if isinstance(self.dry_sequence_breakers, str) or not all(
-                isinstance(b, str) and b for b in self.dry_sequence_breakers):
+            isinstance(b, str) and b for b in self.dry_sequence_breakers
+        ):
             raise TypeError("dry_sequence_breakers must be a sequence of non-empty strings")
         integer("seed", self.seed, 0, 0xFFFFFFFF)
         for tok, bias in (self.logit_bias or {}).items():
@@ -82,6 +83,7 @@ class SamplingParams:
 
 
 # ---- one function per sampler: (params, vocab, n_vocab, keep) -> llama_sampler* or None -----
+
 
 def biases(p: SamplingParams, vocab) -> list[tuple[int, float]]:
     """The user's logit biases, then the tokens the model suppresses (-inf), as llama.cpp's
@@ -107,8 +109,9 @@ def logit_bias(p: SamplingParams, vocab, n_vocab: int, keep: list):
 def penalties(p: SamplingParams, vocab, n_vocab: int, keep: list):
     if p.repeat_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0:
         return None
-    return lib.llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
-                                            p.frequency_penalty, p.presence_penalty)
+    return lib.llama_sampler_init_penalties(
+        n_vocab, p.penalty_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+    )
 
 
 def dry(p: SamplingParams, vocab, n_vocab: int, keep: list):
@@ -117,8 +120,9 @@ def dry(p: SamplingParams, vocab, n_vocab: int, keep: list):
     breakers = [ffi.new("char[]", b.encode()) for b in p.dry_sequence_breakers]
     arr = ffi.new("const char *[]", breakers)
     keep += [breakers, arr]
-    return lib.llama_sampler_init_dry(vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                                      p.dry_penalty_last_n, arr, len(breakers))
+    return lib.llama_sampler_init_dry(
+        vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, arr, len(breakers)
+    )
 
 
 def top_n_sigma(p: SamplingParams, vocab, n_vocab: int, keep: list):
@@ -157,8 +161,7 @@ def select(p: SamplingParams, vocab, n_vocab: int, keep: list):
     return lib.llama_sampler_init_dist(p.seed)
 
 
-TRUNCATION_CHAIN = (penalties, dry, top_n_sigma, top_k, typical_p, top_p, min_p, xtc,
-                    temperature, select)
+TRUNCATION_CHAIN = (penalties, dry, top_n_sigma, top_k, typical_p, top_p, min_p, xtc, temperature, select)
 
 
 def chain_for(p: SamplingParams) -> tuple:
@@ -166,13 +169,19 @@ def chain_for(p: SamplingParams) -> tuple:
     if p.temperature <= 0.0:
         return (penalties, dry, lambda *a: lib.llama_sampler_init_greedy())
     if p.mirostat_mode == 1:
-        return (penalties, dry, lambda p, v, n, k: lib.llama_sampler_init_temp(p.temperature),
-                lambda p, v, n, k: lib.llama_sampler_init_mirostat(n, p.seed, p.mirostat_tau,
-                                                                   p.mirostat_eta, 100))
+        return (
+            penalties,
+            dry,
+            lambda p, v, n, k: lib.llama_sampler_init_temp(p.temperature),
+            lambda p, v, n, k: lib.llama_sampler_init_mirostat(n, p.seed, p.mirostat_tau, p.mirostat_eta, 100),
+        )
     if p.mirostat_mode == 2:
-        return (penalties, dry, lambda p, v, n, k: lib.llama_sampler_init_temp(p.temperature),
-                lambda p, v, n, k: lib.llama_sampler_init_mirostat_v2(p.seed, p.mirostat_tau,
-                                                                      p.mirostat_eta))
+        return (
+            penalties,
+            dry,
+            lambda p, v, n, k: lib.llama_sampler_init_temp(p.temperature),
+            lambda p, v, n, k: lib.llama_sampler_init_mirostat_v2(p.seed, p.mirostat_tau, p.mirostat_eta),
+        )
     return TRUNCATION_CHAIN
 
 
@@ -191,7 +200,8 @@ class SamplerChain:
         params = dataclasses.replace(
             params,
             penalty_last_n=n_ctx if params.penalty_last_n == -1 else params.penalty_last_n,
-            dry_penalty_last_n=n_ctx if params.dry_penalty_last_n == -1 else params.dry_penalty_last_n)
+            dry_penalty_last_n=n_ctx if params.dry_penalty_last_n == -1 else params.dry_penalty_last_n,
+        )
         self._ptr = ffi.NULL
         self._n_vocab = n_vocab
         self._keep: list = []
@@ -215,8 +225,7 @@ class SamplerChain:
         if params.dry_multiplier != 0.0:
             return None
         pairs = biases(params, vocab)
-        return (ffi.new("int32_t[]", [t for t, _ in pairs]), ffi.new("float[]", [b for _, b in pairs]),
-                len(pairs))
+        return (ffi.new("int32_t[]", [t for t, _ in pairs]), ffi.new("float[]", [b for _, b in pairs]), len(pairs))
 
     def _add(self, smpl, name: str) -> None:
         if smpl is None:

@@ -38,21 +38,31 @@ _COUNT = struct.Struct("<I")
 _HEADER_SIZE_AND_CRC = struct.Struct("<II")
 _PREFIX = len(MAGIC) + _HEADER_SIZE_AND_CRC.size  # magic, header length, header CRC
 _PREFIX_V2 = len(MAGIC) + _COUNT.size  # magic, header length
-_TRAILER = _COUNT.size              # CRC-32
+_TRAILER = _COUNT.size  # CRC-32
 
 
 def producer_of(context) -> dict:
     """What a state's cells depend on besides its tokens: restoring them anywhere else would give
     garbage that llama.cpp does not notice when the shapes happen to agree."""
     model = context.model
-    return {"model": model.fingerprint, "n_ctx_train": model.n_ctx_train, "n_layer": model.n_layer,
-            "type_k": int(context.type_k), "type_v": int(context.type_v),
-            "llama_cpp": f"{lib.LLAMA_FFI_BUILD_NUMBER}:{expected_commit()}"}
+    return {
+        "model": model.fingerprint,
+        "n_ctx_train": model.n_ctx_train,
+        "n_layer": model.n_layer,
+        "type_k": int(context.type_k),
+        "type_v": int(context.type_v),
+        "llama_cpp": f"{lib.LLAMA_FFI_BUILD_NUMBER}:{expected_commit()}",
+    }
 
 
-_PRODUCER_NAMES = {"model": "another model file", "n_ctx_train": "a model with another trained context",
-                   "n_layer": "a model with another layer count", "type_k": "a KV cache of another K type",
-                   "type_v": "a KV cache of another V type", "llama_cpp": "another llama.cpp build"}
+_PRODUCER_NAMES = {
+    "model": "another model file",
+    "n_ctx_train": "a model with another trained context",
+    "n_layer": "a model with another layer count",
+    "type_k": "a KV cache of another K type",
+    "type_v": "a KV cache of another V type",
+    "llama_cpp": "another llama.cpp build",
+}
 
 
 def check_producer(header: dict, producer: dict) -> None:
@@ -61,19 +71,30 @@ def check_producer(header: dict, producer: dict) -> None:
         raise ValueError("damaged llama_ffi state: it does not say what made it")
     for field, what in _PRODUCER_NAMES.items():
         if made_by.get(field) != producer[field]:
-            raise ValueError(f"the state was made by {what} ({field} {made_by.get(field)!r}, "
-                             f"this one has {producer[field]!r}): it cannot be restored here")
+            raise ValueError(
+                f"the state was made by {what} ({field} {made_by.get(field)!r}, "
+                f"this one has {producer[field]!r}): it cannot be restored here"
+            )
 
 
 def encode(tokens: list[int], spans, selection: Selection | None, seq_state: bytes, producer: dict) -> bytes:
-    header = {"tokens": list(tokens), "media_spans": [list(s) for s in spans],
-              "loras": [[a.name, s] for a, s in selection.loras] if selection else [],
-              "cvec": None, "selection_key": selection.stable_key if selection else None,
-              "producer": producer, "payload_bytes": len(seq_state)}
+    header = {
+        "tokens": list(tokens),
+        "media_spans": [list(s) for s in spans],
+        "loras": [[a.name, s] for a, s in selection.loras] if selection else [],
+        "cvec": None,
+        "selection_key": selection.stable_key if selection else None,
+        "producer": producer,
+        "payload_bytes": len(seq_state),
+    }
     if selection is not None and selection.cvec is not None:
         cv = selection.cvec
-        header["cvec"] = {"n_embd": cv.n_embd, "layer_start": cv.layer_start, "layer_end": cv.layer_end,
-                          "rows": cv.data.astype("<f4").tobytes().hex()}
+        header["cvec"] = {
+            "n_embd": cv.n_embd,
+            "layer_start": cv.layer_start,
+            "layer_end": cv.layer_end,
+            "rows": cv.data.astype("<f4").tobytes().hex(),
+        }
     raw = json.dumps(header).encode()
     body = _HEADER_SIZE_AND_CRC.pack(len(raw), zlib.crc32(raw)) + raw + seq_state
     return MAGIC + body + _COUNT.pack(zlib.crc32(body))
@@ -100,21 +121,21 @@ def decode(data: bytes, producer: dict | None = None) -> tuple[dict, bytes, bool
         if len(data) < start + 4 * n:
             raise ValueError("truncated llama_ffi state")
         tokens = np.frombuffer(data, dtype="<i4", count=n, offset=start).tolist()
-        return {"tokens": tokens, "media_spans": [], "loras": [], "cvec": None}, bytes(data[start + 4 * n:]), True
+        return {"tokens": tokens, "media_spans": [], "loras": [], "cvec": None}, bytes(data[start + 4 * n :]), True
     if data.startswith(MAGIC_V2) and len(data) >= _PREFIX_V2:
         (n,) = _COUNT.unpack_from(data, len(MAGIC_V2))
-        return _parse_header(bytes(data[_PREFIX_V2:_PREFIX_V2 + n])), bytes(data[_PREFIX_V2 + n:]), False
+        return _parse_header(bytes(data[_PREFIX_V2 : _PREFIX_V2 + n])), bytes(data[_PREFIX_V2 + n :]), False
     if not data.startswith(MAGIC):
         raise ValueError("not a llama_ffi state (bad magic)")
     if len(data) < _PREFIX + _TRAILER:
         raise ValueError("truncated llama_ffi state")
-    body = memoryview(data)[len(MAGIC):len(data) - _TRAILER]
+    body = memoryview(data)[len(MAGIC) : len(data) - _TRAILER]
     (crc,) = _COUNT.unpack_from(data, len(data) - _TRAILER)
     if zlib.crc32(body) != crc:
         raise ValueError("damaged llama_ffi state: its checksum does not match (cut short, appended to, or changed)")
     n, header_crc = _HEADER_SIZE_AND_CRC.unpack_from(data, len(MAGIC))
-    header = _parse_header(bytes(data[_PREFIX:_PREFIX + n]), header_crc)
-    payload = bytes(data[_PREFIX + n:len(data) - _TRAILER])
+    header = _parse_header(bytes(data[_PREFIX : _PREFIX + n]), header_crc)
+    payload = bytes(data[_PREFIX + n : len(data) - _TRAILER])
     if header.get("payload_bytes") != len(payload):
         raise ValueError("damaged llama_ffi state: its payload is not the length its header says")
     if producer is not None:
@@ -175,8 +196,9 @@ def save(llm, path: str | os.PathLike | None = None) -> compat.LlamaState | None
         main = llm.main_slot
         tokens = list(main.tokens)
         selection = main.selection if tokens else None
-        data = encode(tokens, main.media_spans, selection, llm.context.seq_state_bytes(main.seq),
-                      producer_of(llm.context))
+        data = encode(
+            tokens, main.media_spans, selection, llm.context.seq_state_bytes(main.seq), producer_of(llm.context)
+        )
     if path is None:
         return compat.LlamaState(data, tokens, llm.seed)
     write(path, data)
@@ -189,8 +211,9 @@ def _selection(llm, header: dict) -> Selection:
     for item in header.get("loras") or []:
         name, scale = item
         if name not in llm.adapters.by_name:
-            raise ValueError(f"the state was computed under the LoRA adapter {name!r}, which is not loaded: "
-                             "load_lora it first")
+            raise ValueError(
+                f"the state was computed under the LoRA adapter {name!r}, which is not loaded: load_lora it first"
+            )
         loras.append((llm.adapters.by_name[name], float(scale)))
     cvec = header.get("cvec")
     if cvec is not None:
@@ -204,8 +227,9 @@ def _check_cells(llm, tokens: list, spans: list) -> list[tuple[int, int, str]]:
     media = set()
     for start, n, _ in spans:
         if start < 0 or n <= 0 or start + n > len(tokens):
-            raise ValueError(f"damaged llama_ffi state: a media span ({start}, {n}) lies outside its "
-                             f"{len(tokens)} cells")
+            raise ValueError(
+                f"damaged llama_ffi state: a media span ({start}, {n}) lies outside its {len(tokens)} cells"
+            )
         media.update(range(start, start + n))
     text = [t for i, t in enumerate(tokens) if i not in media]
     if any(tokens[i] != MEDIA_POSITION for i in media):
@@ -223,8 +247,7 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
     except (TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"damaged llama_ffi state: its header is malformed ({error!r})") from None
     if len(tokens) > llm.context.n_ctx_seq:
-        raise ValueError(f"the state holds {len(tokens)} tokens; this context's sequences hold "
-                         f"{llm.context.n_ctx_seq}")
+        raise ValueError(f"the state holds {len(tokens)} tokens; this context's sequences hold {llm.context.n_ctx_seq}")
     with llm.single(idle=whole_context):
         main = llm.main_slot
         try:

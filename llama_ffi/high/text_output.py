@@ -43,8 +43,8 @@ class StopMatcher:
                 if self.pending.endswith(s[:k]):
                     hold = max(hold, k)
                     break
-        out = self.pending[:len(self.pending) - hold] if hold else self.pending
-        self.pending = self.pending[len(out):]
+        out = self.pending[: len(self.pending) - hold] if hold else self.pending
+        self.pending = self.pending[len(out) :]
         return out, False
 
     def flush(self) -> str:

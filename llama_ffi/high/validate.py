@@ -23,10 +23,14 @@ LLAMA_MAX_LAYERS = 512
 EPSILON_KEYS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon")
 TOKENS_KEY = "tokenizer.ggml.tokens"
 INTEGER_TYPES = {
-    lib.GGUF_TYPE_UINT8: lib.gguf_get_val_u8, lib.GGUF_TYPE_INT8: lib.gguf_get_val_i8,
-    lib.GGUF_TYPE_UINT16: lib.gguf_get_val_u16, lib.GGUF_TYPE_INT16: lib.gguf_get_val_i16,
-    lib.GGUF_TYPE_UINT32: lib.gguf_get_val_u32, lib.GGUF_TYPE_INT32: lib.gguf_get_val_i32,
-    lib.GGUF_TYPE_UINT64: lib.gguf_get_val_u64, lib.GGUF_TYPE_INT64: lib.gguf_get_val_i64,
+    lib.GGUF_TYPE_UINT8: lib.gguf_get_val_u8,
+    lib.GGUF_TYPE_INT8: lib.gguf_get_val_i8,
+    lib.GGUF_TYPE_UINT16: lib.gguf_get_val_u16,
+    lib.GGUF_TYPE_INT16: lib.gguf_get_val_i16,
+    lib.GGUF_TYPE_UINT32: lib.gguf_get_val_u32,
+    lib.GGUF_TYPE_INT32: lib.gguf_get_val_i32,
+    lib.GGUF_TYPE_UINT64: lib.gguf_get_val_u64,
+    lib.GGUF_TYPE_INT64: lib.gguf_get_val_i64,
 }
 FLOAT_TYPES = {lib.GGUF_TYPE_FLOAT32: lib.gguf_get_val_f32, lib.GGUF_TYPE_FLOAT64: lib.gguf_get_val_f64}
 GGML_MAX_DIMS = 4
@@ -59,8 +63,11 @@ class Header:
 
     def strings(self, key: str) -> list[bytes] | None:
         i = self.find(key)
-        if (i < 0 or lib.gguf_get_kv_type(self.ctx, i) != lib.GGUF_TYPE_ARRAY
-                or lib.gguf_get_arr_type(self.ctx, i) != lib.GGUF_TYPE_STRING):
+        if (
+            i < 0
+            or lib.gguf_get_kv_type(self.ctx, i) != lib.GGUF_TYPE_ARRAY
+            or lib.gguf_get_arr_type(self.ctx, i) != lib.GGUF_TYPE_STRING
+        ):
             return None
         get = lib.gguf_get_arr_str
         return [ffi.string(get(self.ctx, i, k)) for k in range(lib.gguf_get_arr_n(self.ctx, i))]
@@ -69,8 +76,11 @@ class Header:
         """(name, ggml type, shape) of every tensor."""
         for t in range(lib.gguf_get_n_tensors(self.ctx)):
             ne = lib.gguf_get_tensor_ne(self.ctx, t)
-            yield (ffi.string(lib.gguf_get_tensor_name(self.ctx, t)).decode("utf-8", "replace"),
-                   lib.gguf_get_tensor_type(self.ctx, t), [ne[d] for d in range(GGML_MAX_DIMS)])
+            yield (
+                ffi.string(lib.gguf_get_tensor_name(self.ctx, t)).decode("utf-8", "replace"),
+                lib.gguf_get_tensor_type(self.ctx, t),
+                [ne[d] for d in range(GGML_MAX_DIMS)],
+            )
 
 
 @contextmanager
@@ -92,6 +102,7 @@ def open_header(path: Path) -> Iterator[Header | None]:
 
 # ---- the checks: each returns a problem or None -------------------------------------------------
 
+
 def layer_count(h: Header, arch: str) -> str | None:
     n = h.integer(f"{arch}.block_count")
     if n is not None and not 0 < n <= LLAMA_MAX_LAYERS:
@@ -109,7 +120,7 @@ def hyper_parameter_numbers(h: Header, arch: str) -> str | None:
             continue
         if not math.isfinite(value):
             return f"{key} is {value}, not a finite number"
-        if key[len(arch) + 1:] in EPSILON_KEYS and value < 0:
+        if key[len(arch) + 1 :] in EPSILON_KEYS and value < 0:
             return f"{key} is {value}; a norm epsilon must not be negative"
     return None
 

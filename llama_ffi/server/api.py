@@ -65,8 +65,12 @@ class Served:
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in self.names:
-            raise ApiError(404, f"the model {name!r} does not exist; this server serves {self.model_id!r}",
-                           "model", "model_not_found")
+            raise ApiError(
+                404,
+                f"the model {name!r} does not exist; this server serves {self.model_id!r}",
+                "model",
+                "model_not_found",
+            )
 
     def accept(self, body, embeddings: bool = False, rank: bool = False):
         """The Llama for ``body``, once the model is loaded, the body names it (or none) and the
@@ -82,12 +86,19 @@ class Served:
 
     def check_task(self, embeddings: bool, rank: bool = False) -> None:
         if embeddings != self.embeddings:
-            raise ApiError(501, "this server does not support " + (
-                "embeddings: start it with --embeddings" if embeddings else
-                "completions: it was started with --embeddings or --reranking"))
+            raise ApiError(
+                501,
+                "this server does not support "
+                + (
+                    "embeddings: start it with --embeddings"
+                    if embeddings
+                    else "completions: it was started with --embeddings or --reranking"
+                ),
+            )
         if rank and self.llm.pooling_type() != lib.LLAMA_POOLING_TYPE_RANK:
-            raise ApiError(501, "this server does not support reranking: start it with --reranking and a "
-                           "reranking model")
+            raise ApiError(
+                501, "this server does not support reranking: start it with --reranking and a reranking model"
+            )
 
     @property
     def n_slots(self) -> int:
@@ -97,8 +108,11 @@ class Served:
     def ticket(self):
         """A place among the requests in flight: the slots and a bounded queue; past it, 503."""
         if self.in_flight >= self.n_slots + self.options.queue_size:
-            raise ApiError(503, f"the server is busy: {self.in_flight} requests in flight, the queue is full",
-                           headers={"Retry-After": "1"})
+            raise ApiError(
+                503,
+                f"the server is busy: {self.in_flight} requests in flight, the queue is full",
+                headers={"Retry-After": "1"},
+            )
         self.in_flight += 1
         try:
             yield
@@ -118,16 +132,20 @@ class Gate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         given = headers.get("authorization") or headers.get("x-api-key") or ""
         if given.lower().startswith("bearer "):
-            given = given[len("bearer "):].strip()
+            given = given[len("bearer ") :].strip()
         if any(hmac.compare_digest(given.encode(), key.encode()) for key in self.keys):  # constant time
             return await self.app(scope, receive, send)
-        error = ApiError(401, "invalid API key" if given else "an API key is required (Authorization: Bearer KEY)",
-                         code="invalid_api_key")
+        error = ApiError(
+            401,
+            "invalid API key" if given else "an API key is required (Authorization: Bearer KEY)",
+            code="invalid_api_key",
+        )
         await error.response()(scope, receive, send)
 
 
-def create_app(load: Callable[[], object], options: ServerOptions, load_now: bool = False,
-               owns_llm: bool = False) -> FastAPI:
+def create_app(
+    load: Callable[[], object], options: ServerOptions, load_now: bool = False, owns_llm: bool = False
+) -> FastAPI:
     """``load`` makes the Llama: at once (``load_now``), or in a thread at start-up so that /health
     answers 503 meanwhile. ``owns_llm``: close it when the server stops (waiting for requests)."""
     served = Served(options)
@@ -137,8 +155,9 @@ def create_app(load: Callable[[], object], options: ServerOptions, load_now: boo
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
         if served.llm is None:
-            threading.Thread(target=_load_in_background, args=(served, load), name="llama-ffi-load",
-                             daemon=True).start()
+            threading.Thread(
+                target=_load_in_background, args=(served, load), name="llama-ffi-load", daemon=True
+            ).start()
         yield
         if owns_llm and served.llm is not None:
             await run_in_threadpool(served.llm.close)
@@ -195,10 +214,24 @@ def _routes(app: FastAPI, served: Served) -> None:
     @app.get("/models")
     async def models():
         llm = served.ready()
-        return {"object": "list", "data": [{
-            "id": served.model_id, "object": "model", "created": int(time.time()), "owned_by": "llama-ffi",
-            "meta": {"n_ctx": int(llm.n_ctx), "n_ctx_train": llm.n_ctx_train, "n_vocab": int(llm.n_vocab),
-                     "n_embd": int(llm.n_embd), "slots": served.n_slots}}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": served.model_id,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "llama-ffi",
+                    "meta": {
+                        "n_ctx": int(llm.n_ctx),
+                        "n_ctx_train": llm.n_ctx_train,
+                        "n_vocab": int(llm.n_vocab),
+                        "n_embd": int(llm.n_embd),
+                        "slots": served.n_slots,
+                    },
+                }
+            ],
+        }
 
     async def generate(request: Request, body, call, stream_shape=None):
         """Run a generating call under a ticket; a stream keeps its ticket until it ends."""
@@ -231,8 +264,7 @@ def _routes(app: FastAPI, served: Served) -> None:
             kwargs["echo"] = True
         if body.suffix is not None:
             kwargs["suffix"] = body.suffix
-        return await generate(request, body, lambda: llm.acreate_completion(body.prompt, stream=body.stream,
-                                                                             **kwargs))
+        return await generate(request, body, lambda: llm.acreate_completion(body.prompt, stream=body.stream, **kwargs))
 
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
@@ -241,8 +273,9 @@ def _routes(app: FastAPI, served: Served) -> None:
         llm = served.accept(body)
         params.check_media(body.messages, options.media_path)
         kwargs = params.chat_kwargs(llm, body, options.lora_names)
-        return await generate(request, body, lambda: llm.acreate_chat_completion(body.messages, stream=body.stream,
-                                                                                  **kwargs))
+        return await generate(
+            request, body, lambda: llm.acreate_chat_completion(body.messages, stream=body.stream, **kwargs)
+        )
 
     @app.post("/infill")
     async def infill(request: Request):
@@ -251,17 +284,24 @@ def _routes(app: FastAPI, served: Served) -> None:
         if body.input_extra:
             raise ApiError(400, "input_extra (repository context) is not supported", "input_extra")
         kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=None)
+
         def call():
-            return llm.acreate_completion(body.input_prefix + body.prompt, suffix=body.input_suffix,
-                                          stream=body.stream, **kwargs)
+            return llm.acreate_completion(
+                body.input_prefix + body.prompt, suffix=body.input_suffix, stream=body.stream, **kwargs
+            )
 
         result = await generate(request, body, call, stream_shape=_infill_chunk)
         if isinstance(result, dict):
             choice = result["choices"][0]
             usage = result["usage"]
-            return {"content": choice["text"], "stop": True, "model": served.model_id,
-                    "finish_reason": choice["finish_reason"], "tokens_predicted": usage["completion_tokens"],
-                    "tokens_evaluated": usage["prompt_tokens"]}
+            return {
+                "content": choice["text"],
+                "stop": True,
+                "model": served.model_id,
+                "finish_reason": choice["finish_reason"],
+                "tokens_predicted": usage["completion_tokens"],
+                "tokens_evaluated": usage["prompt_tokens"],
+            }
         return result
 
     @app.post("/v1/embeddings")
@@ -292,7 +332,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
         results.sort(key=lambda r: -r["relevance_score"])
         if body.top_n is not None:
-            results = results[:body.top_n]
+            results = results[: body.top_n]
         if body.return_documents:
             for r in results:
                 r["document"] = {"text": body.documents[r["index"]]}
@@ -318,12 +358,15 @@ def _routes(app: FastAPI, served: Served) -> None:
         return {"content": llm.detokenize(body.tokens, special=True).decode("utf-8", "replace")}
 
     if options.metrics:
+
         @app.get("/metrics")
         async def metrics():
-            return PlainTextResponse(served.metrics.prometheus(served.ready(), served.in_flight),
-                                     media_type="text/plain; version=0.0.4")
+            return PlainTextResponse(
+                served.metrics.prometheus(served.ready(), served.in_flight), media_type="text/plain; version=0.0.4"
+            )
 
     if options.slots:
+
         @app.get("/slots")
         async def slots():
             return _slots(served.ready())
@@ -339,8 +382,10 @@ def _piece(data: bytes):
 
 def _slots(llm) -> list[dict]:
     n_ctx = int(llm.n_ctx)
-    return [{"id": s.seq, "n_ctx": n_ctx, "is_processing": s.owner is not None, "n_cached_tokens": len(s.tokens)}
-            for s in llm.engine.slots.slots]
+    return [
+        {"id": s.seq, "n_ctx": n_ctx, "is_processing": s.owner is not None, "n_cached_tokens": len(s.tokens)}
+        for s in llm.engine.slots.slots
+    ]
 
 
 def _infill_chunk(chunk: dict) -> dict:

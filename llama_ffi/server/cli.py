@@ -17,30 +17,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("server (llama-server's flags)")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     g.add_argument("--port", type=int, default=8080)
-    g.add_argument("-np", "--parallel", type=int, default=None,
-                   help="slots: sequences decoded together (default 8, at most n_batch)")
+    g.add_argument(
+        "-np",
+        "--parallel",
+        type=int,
+        default=None,
+        help="slots: sequences decoded together (default 8, at most n_batch)",
+    )
     g.add_argument("-b", "--batch-size", type=int, default=None, help="logical batch size (n_batch)")
     g.add_argument("-ub", "--ubatch-size", type=int, default=None, help="physical batch size (n_ubatch)")
     g.add_argument("-a", "--alias", help="the model's id in /v1/models and in results (default: its file name)")
     g.add_argument("--api-key", action="append", default=[], help="an API key (repeatable)")
     g.add_argument("--api-key-file", help="a file of API keys, one per line")
-    g.add_argument("--embeddings", "--embedding", action="store_true",
-                   help="serve /v1/embeddings (an embedding model) instead of completions")
+    g.add_argument(
+        "--embeddings",
+        "--embedding",
+        action="store_true",
+        help="serve /v1/embeddings (an embedding model) instead of completions",
+    )
     g.add_argument("--reranking", "--rerank", action="store_true", help="serve /v1/rerank (a reranking model)")
     g.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), help="embedding pooling")
-    g.add_argument("--override-kv", action="append", default=[], type=_override, metavar="KEY=TYPE:VALUE",
-                   help="override model metadata (TYPE: int, float, bool, str), e.g. "
-                   "tokenizer.ggml.fim_pre_token_id=int:8 (repeatable)")
+    g.add_argument(
+        "--override-kv",
+        action="append",
+        default=[],
+        type=_override,
+        metavar="KEY=TYPE:VALUE",
+        help="override model metadata (TYPE: int, float, bool, str), e.g. "
+        "tokenizer.ggml.fim_pre_token_id=int:8 (repeatable)",
+    )
     g.add_argument("--chat-template", metavar="NAME", help="one of llama.cpp's built-in chat templates")
     g.add_argument("--no-metrics", dest="metrics", action="store_false", help="no GET /metrics")
     g.add_argument("--metrics", dest="metrics", action="store_true", help="GET /metrics (the default)")
     g.add_argument("--no-slots", dest="slots", action="store_false", help="no GET /slots")
-    g.add_argument("--queue-size", type=int, default=64,
-                   help="requests that may wait for a slot; past them, 503 with Retry-After (default 64)")
-    g.add_argument("--media-path", metavar="DIR", help="allow image files under DIR in messages (file:// or "
-                   "a relative path); otherwise only data: URIs")
-    g.add_argument("--timeout-graceful-shutdown", type=float, default=None, metavar="SECONDS",
-                   help="on SIGTERM, wait at most this long for requests in flight (default: until they end)")
+    g.add_argument(
+        "--queue-size",
+        type=int,
+        default=64,
+        help="requests that may wait for a slot; past them, 503 with Retry-After (default 64)",
+    )
+    g.add_argument(
+        "--media-path",
+        metavar="DIR",
+        help="allow image files under DIR in messages (file:// or a relative path); otherwise only data: URIs",
+    )
+    g.add_argument(
+        "--timeout-graceful-shutdown",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="on SIGTERM, wait at most this long for requests in flight (default: until they end)",
+    )
     parser.set_defaults(metrics=True, slots=True)
 
 
@@ -52,8 +79,9 @@ def _override(text: str) -> tuple[str, bool | int | float | str]:
         parse = {"int": int, "float": float, "str": str, "bool": {"true": True, "false": False}.__getitem__}[kind]
         return key, parse(value)
     except (KeyError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected KEY=TYPE:VALUE with TYPE int, float, bool or str, "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected KEY=TYPE:VALUE with TYPE int, float, bool or str, got {text!r}"
+        ) from None
 
 
 def api_keys(args: argparse.Namespace) -> list[str]:
@@ -68,8 +96,12 @@ def llama_options(args: argparse.Namespace) -> dict:
     """The Llama's keyword arguments that these flags decide."""
     from llama_ffi import lib
 
-    out: dict = {"chat_format": args.chat_template, "n_batch": args.batch_size, "n_ubatch": args.ubatch_size,
-                 "kv_overrides": dict(args.override_kv) or None}
+    out: dict = {
+        "chat_format": args.chat_template,
+        "n_batch": args.batch_size,
+        "n_ubatch": args.ubatch_size,
+        "kv_overrides": dict(args.override_kv) or None,
+    }
     if args.parallel is not None:
         if args.parallel < 1:
             raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
@@ -78,8 +110,10 @@ def llama_options(args: argparse.Namespace) -> dict:
         from llama_ffi.high.chat.formats import builtin_formats, resolve
 
         if resolve(args.chat_template) not in builtin_formats():
-            raise ValueError(f"--chat-template {args.chat_template!r} is not one of llama.cpp's built-in "
-                             f"templates: {', '.join(builtin_formats())}")
+            raise ValueError(
+                f"--chat-template {args.chat_template!r} is not one of llama.cpp's built-in "
+                f"templates: {', '.join(builtin_formats())}"
+            )
     if args.embeddings or args.reranking:
         out["embeddings"] = True
         pooling = "rank" if args.reranking else args.pooling
@@ -96,18 +130,28 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
 
         from llama_ffi.server.api import create_app
     except ImportError as error:
-        print(f"llama-ffi: error: the server needs its extra: pip install 'llama-ffi[server]' ({error})",
-              file=sys.stderr)
+        print(
+            f"llama-ffi: error: the server needs its extra: pip install 'llama-ffi[server]' ({error})", file=sys.stderr
+        )
         return 2
     from llama_ffi.server.options import ServerOptions
 
     keys = api_keys(args)
-    options = ServerOptions(alias=args.alias, api_keys=keys, metrics=args.metrics, slots=args.slots,
-                            queue_size=args.queue_size, media_path=args.media_path)
+    options = ServerOptions(
+        alias=args.alias,
+        api_keys=keys,
+        metrics=args.metrics,
+        slots=args.slots,
+        queue_size=args.queue_size,
+        media_path=args.media_path,
+    )
     llama_kwargs = llama_options(args)
     if not keys and not _loopback(args.host):
-        print(f"llama-ffi: warning: serving on {args.host} without an API key: anyone who can reach it can "
-              "use the model (--api-key)", file=sys.stderr)
+        print(
+            f"llama-ffi: warning: serving on {args.host} without an API key: anyone who can reach it can "
+            "use the model (--api-key)",
+            file=sys.stderr,
+        )
 
     def load():
         try:
@@ -120,8 +164,15 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         return llm
 
     app = create_app(load, options, owns_llm=True)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=args.timeout_graceful_shutdown, lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=args.timeout_graceful_shutdown,
+        lifespan="on",
+    )
     server = _server_class()(config)
     server.run()
     served = app.state.served

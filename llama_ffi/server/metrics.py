@@ -35,25 +35,40 @@ class Metrics:
             ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", self.prompt_tokens_cached),
             ("prompt_seconds_total", "Total time spent processing prompts", stats.prompt_s if stats else 0.0),
             ("tokens_predicted_total", "Number of generation tokens processed", self.tokens_predicted),
-            ("tokens_predicted_seconds_total", "Total time spent generating tokens",
-             stats.generation_s if stats else 0.0),
+            (
+                "tokens_predicted_seconds_total",
+                "Total time spent generating tokens",
+                stats.generation_s if stats else 0.0,
+            ),
             ("n_decode_total", "Total number of decode steps", steps),
             ("n_tokens_max", "Largest observed sequence length (prompt + generation)", self.n_tokens_max),
             ("requests_total", "Number of requests finished", self.requests),
         ]
         gauges = [
-            ("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
-             stats.prompt_tokens / stats.prompt_s if stats and stats.prompt_s else 0.0),
-            ("predicted_tokens_seconds", "Average generation throughput in tokens/s",
-             stats.generated_tokens / stats.generation_s if stats and stats.generation_s else 0.0),
+            (
+                "prompt_tokens_seconds",
+                "Average prompt throughput in tokens/s",
+                stats.prompt_tokens / stats.prompt_s if stats and stats.prompt_s else 0.0,
+            ),
+            (
+                "predicted_tokens_seconds",
+                "Average generation throughput in tokens/s",
+                stats.generated_tokens / stats.generation_s if stats and stats.generation_s else 0.0,
+            ),
             ("requests_processing", "Number of requests processing", processing),
             ("requests_deferred", "Number of requests deferred", max(in_flight - processing, 0)),
-            ("n_busy_slots_per_decode", "Average number of busy slots per decode step",
-             stats.generated_tokens / stats.generation_steps if stats and stats.generation_steps else 0.0),
+            (
+                "n_busy_slots_per_decode",
+                "Average number of busy slots per decode step",
+                stats.generated_tokens / stats.generation_steps if stats and stats.generation_steps else 0.0,
+            ),
         ]
         lines = []
         for kind, items in (("counter", counters), ("gauge", gauges)):
             for name, description, value in items:
-                lines += [f"# HELP llamacpp:{name} {description}", f"# TYPE llamacpp:{name} {kind}",
-                          f"llamacpp:{name} {value}"]
+                lines += [
+                    f"# HELP llamacpp:{name} {description}",
+                    f"# TYPE llamacpp:{name} {kind}",
+                    f"llamacpp:{name} {value}",
+                ]
         return "\n".join(lines) + "\n"

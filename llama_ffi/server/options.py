@@ -8,13 +8,13 @@ from collections.abc import Sequence
 
 @dataclasses.dataclass
 class ServerOptions:
-    alias: str | None = None                # the model's id in /v1/models and in results (-a)
-    api_keys: Sequence[str] = ()            # any of them opens every route but /health (--api-key)
-    metrics: bool = True                    # GET /metrics (--no-metrics turns it off)
-    slots: bool = True                      # GET /slots (--no-slots)
-    queue_size: int = 64                    # requests waiting beyond the slots; past it, 503 (--queue-size)
-    media_path: str | None = None           # local image/audio files under it may be named (--media-path)
-    lora_names: Sequence[str] = ()          # the adapters a request's ``lora`` ids name, in --lora order
+    alias: str | None = None  # the model's id in /v1/models and in results (-a)
+    api_keys: Sequence[str] = ()  # any of them opens every route but /health (--api-key)
+    metrics: bool = True  # GET /metrics (--no-metrics turns it off)
+    slots: bool = True  # GET /slots (--no-slots)
+    queue_size: int = 64  # requests waiting beyond the slots; past it, 503 (--queue-size)
+    media_path: str | None = None  # local image/audio files under it may be named (--media-path)
+    lora_names: Sequence[str] = ()  # the adapters a request's ``lora`` ids name, in --lora order
 
     def __post_init__(self) -> None:
         if isinstance(self.api_keys, str):

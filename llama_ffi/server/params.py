@@ -13,14 +13,30 @@ from llama_ffi.server.schemas import ChatRequest, Sampling
 
 # Request field → SamplingParams field, where both spell it the same or llama-server's differs.
 SAMPLING_FIELDS = {
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p",
-    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-    "repeat_penalty": "repeat_penalty", "repeat_last_n": "penalty_last_n", "mirostat": "mirostat_mode",
-    "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta", "dry_multiplier": "dry_multiplier",
-    "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length", "dry_penalty_last_n": "dry_penalty_last_n",
-    "dry_sequence_breakers": "dry_sequence_breakers", "xtc_probability": "xtc_probability",
-    "xtc_threshold": "xtc_threshold", "dynatemp_range": "dynatemp_range", "dynatemp_exponent": "dynatemp_exponent",
-    "top_n_sigma": "top_n_sigma", "min_keep": "min_keep", "seed": "seed",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "typical_p": "typical_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "penalty_last_n",
+    "mirostat": "mirostat_mode",
+    "mirostat_tau": "mirostat_tau",
+    "mirostat_eta": "mirostat_eta",
+    "dry_multiplier": "dry_multiplier",
+    "dry_base": "dry_base",
+    "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n",
+    "dry_sequence_breakers": "dry_sequence_breakers",
+    "xtc_probability": "xtc_probability",
+    "xtc_threshold": "xtc_threshold",
+    "dynatemp_range": "dynatemp_range",
+    "dynatemp_exponent": "dynatemp_exponent",
+    "top_n_sigma": "top_n_sigma",
+    "min_keep": "min_keep",
+    "seed": "seed",
 }
 
 
@@ -74,8 +90,9 @@ def adapters(lora_names, body: Sampling) -> list[dict] | None:
     chosen = []
     for item in body.lora:
         if item.id >= len(lora_names):
-            raise ApiError(400, f"lora id {item.id} does not exist: the server has {len(lora_names)} "
-                           "adapter(s)", "lora")
+            raise ApiError(
+                400, f"lora id {item.id} does not exist: the server has {len(lora_names)} adapter(s)", "lora"
+            )
         if item.scale != 0:
             chosen.append({"name": lora_names[item.id], "scale": item.scale})
     return chosen
@@ -83,8 +100,11 @@ def adapters(lora_names, body: Sampling) -> list[dict] | None:
 
 def generation_kwargs(llm, body: Sampling, lora_names, default_max: int | None) -> dict:
     """The keyword arguments every generating call takes."""
-    kwargs: dict = {SAMPLING_FIELDS[name]: value for name, value in body.model_dump(exclude_unset=True).items()
-                    if name in SAMPLING_FIELDS and value is not None}
+    kwargs: dict = {
+        SAMPLING_FIELDS[name]: value
+        for name, value in body.model_dump(exclude_unset=True).items()
+        if name in SAMPLING_FIELDS and value is not None
+    }
     if body.stop is not None:
         kwargs["stop"] = body.stop
     kwargs["max_tokens"] = max_tokens(body, default_max)
@@ -143,12 +163,19 @@ def check_media(messages: list, media_path: str | None) -> None:
                 continue  # the library names what is wrong with it
             where = f"messages[{m}].content[{p}]"
             if url.startswith(("http://", "https://")):
-                raise ApiError(400, f"{where}: this server does not fetch media from URLs; send the image as a "
-                               "data: URI", "messages")
+                raise ApiError(
+                    400,
+                    f"{where}: this server does not fetch media from URLs; send the image as a data: URI",
+                    "messages",
+                )
             path = url.removeprefix("file://")
             if root is None:
-                raise ApiError(400, f"{where}: local files are not allowed (the server was started without "
-                               "--media-path); send the image as a data: URI", "messages")
+                raise ApiError(
+                    400,
+                    f"{where}: local files are not allowed (the server was started without "
+                    "--media-path); send the image as a data: URI",
+                    "messages",
+                )
             resolved = (root / path).resolve()
             if not resolved.is_relative_to(root) or not resolved.is_file():
                 raise ApiError(400, f"{where}: {path!r} is not a file under the server's media path", "messages")

@@ -64,7 +64,7 @@ class Sampling(Body):
     grammar: StrictStr | None = None
     ignore_eos: StrictBool = False
     lora: list[LoraChoice] | None = None
-    cache_prompt: StrictBool = True   # llama-server's; every slot keeps its cache here
+    cache_prompt: StrictBool = True  # llama-server's; every slot keeps its cache here
 
     @field_validator("n_predict")
     @classmethod

@@ -27,8 +27,13 @@ async def close(iterator) -> None:
         await aclose()
 
 
-async def openai_events(chunks: AsyncIterator[dict], model: str, include_usage: bool, seen: dict,
-                        shape: Callable[[dict], dict] | None = None) -> AsyncIterator[bytes]:
+async def openai_events(
+    chunks: AsyncIterator[dict],
+    model: str,
+    include_usage: bool,
+    seen: dict,
+    shape: Callable[[dict], dict] | None = None,
+) -> AsyncIterator[bytes]:
     """The chunks as events. The library puts the request's usage on its last chunk; here it goes
     in a chunk of its own (``choices: []``) when the client asked for it, as OpenAI does. An error
     after the first event is an event too. ``seen["usage"]``: the usage, once known; ``shape``
@@ -63,12 +68,14 @@ class EventStream(StreamingResponse):
     when the client left before the first event, where the iterator's own clean-up never runs)."""
 
     def __init__(self, content: AsyncIterator[bytes], ended: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        super().__init__(
+            content, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
         self.ended = ended
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as group:
+
             async def watch() -> None:
                 await until_disconnect(receive)
                 group.cancel_scope.cancel()

@@ -25,8 +25,20 @@ import sys
 from pathlib import Path
 
 from tools.abi import diff, snapshot
-from tools.vendor import (DEFAULT_TREE, REPO_ROOT, TREE_ENV, UNKNOWN_COMMIT, Pin, VendorError, _git_describe,
-                          check_is_llama_tree, extract_tree, fetch_archive, tree_label, write_pin)
+from tools.vendor import (
+    DEFAULT_TREE,
+    REPO_ROOT,
+    TREE_ENV,
+    UNKNOWN_COMMIT,
+    Pin,
+    VendorError,
+    _git_describe,
+    check_is_llama_tree,
+    extract_tree,
+    fetch_archive,
+    tree_label,
+    write_pin,
+)
 
 SNAPSHOT = REPO_ROOT / "headers" / "abi.json"
 REPORT = REPO_ROOT / "vendor" / "abi-report.md"
@@ -43,9 +55,13 @@ def _parse_requirement(req: str) -> tuple[str, str]:
 
 def _summary(changes: list[diff.Change], old: str, new: str) -> str:
     breaking = [c for c in changes if c.breaking]
-    lines = [f"## {old} → {new}", "",
-             f"{len(breaking)} breaking, {len(changes) - len(breaking)} additive ABI changes "
-             f"(full report: vendor/abi-report.md).", ""]
+    lines = [
+        f"## {old} → {new}",
+        "",
+        f"{len(breaking)} breaking, {len(changes) - len(breaking)} additive ABI changes "
+        f"(full report: vendor/abi-report.md).",
+        "",
+    ]
     lines += [f"- {c.kind} `{c.symbol}` {c.change}: {diff._describe(c)}" for c in breaking[:40]]
     if len(breaking) > 40:
         lines.append(f"- … and {len(breaking) - 40} more")
@@ -63,7 +79,7 @@ def bump(new_pin: Pin | None, tree: Path | None, accept_breaking: bool, run_test
 
     old = json.loads(SNAPSHOT.read_text())
     if new_pin is not None:
-        archive = fetch_archive(new_pin)          # verifies the sha256
+        archive = fetch_archive(new_pin)  # verifies the sha256
         extract_tree(archive, new_pin, CANDIDATE)  # and, with a git dir, the commit
         candidate, commit = CANDIDATE, tree_label(new_pin.commit, new_pin.build_number)
     else:
@@ -127,11 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.sha256 and args.build_number is not None):
             ap.error("a registry source needs --sha256 and --build-number (and --commit when known)")
         name, version = _parse_requirement(args.requirement)
-        pin = Pin(package=name, version=version, sha256=args.sha256.lower(), inner_path=args.inner_path,
-                  commit=args.commit or UNKNOWN_COMMIT, build_number=args.build_number, git_dir=args.git_dir)
+        pin = Pin(
+            package=name,
+            version=version,
+            sha256=args.sha256.lower(),
+            inner_path=args.inner_path,
+            commit=args.commit or UNKNOWN_COMMIT,
+            build_number=args.build_number,
+            git_dir=args.git_dir,
+        )
     try:
-        return bump(pin, args.tree.resolve() if args.tree else None, args.accept_breaking,
-                    not args.no_tests)
+        return bump(pin, args.tree.resolve() if args.tree else None, args.accept_breaking, not args.no_tests)
     except (VendorError, snapshot.SnapshotError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         shutil.rmtree(CANDIDATE, ignore_errors=True)

@@ -26,12 +26,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "llama_ffi"
 
 @dataclasses.dataclass
 class Change:
-    kind: str          # struct, function, enum, typedef, constant
+    kind: str  # struct, function, enum, typedef, constant
     symbol: str
-    change: str        # added, removed, changed
+    change: str  # added, removed, changed
     breaking: bool
     detail: dict = dataclasses.field(default_factory=dict)
-    used_in: list[str] = dataclasses.field(default_factory=list)
+    used_in: list[str] = dataclasses.field(default_factory=list)  # "path:line" of each mention
+    used_by: list[str] = dataclasses.field(default_factory=list)  # the name and where it is, per mention
 
 
 def _struct_change(name: str, old: dict, new: dict) -> Change | None:
@@ -40,17 +41,30 @@ def _struct_change(name: str, old: dict, new: dict) -> Change | None:
     detail: dict = {}
     added = [n for n in nf if n not in of]
     removed = [n for n in of if n not in nf]
-    retyped = [{"field": n, "old": of[n]["type"], "new": nf[n]["type"]}
-               for n in of if n in nf and of[n]["type"] != nf[n]["type"]]
-    moved = [{"field": n, "old": of[n]["offset"], "new": nf[n]["offset"]}
-             for n in of if n in nf and of[n]["offset"] != nf[n]["offset"]]
-    resized = [{"field": n, "old": of[n]["size"], "new": nf[n]["size"]}
-               for n in of if n in nf and of[n]["size"] != nf[n]["size"]]
+    retyped = [
+        {"field": n, "old": of[n]["type"], "new": nf[n]["type"]}
+        for n in of
+        if n in nf and of[n]["type"] != nf[n]["type"]
+    ]
+    moved = [
+        {"field": n, "old": of[n]["offset"], "new": nf[n]["offset"]}
+        for n in of
+        if n in nf and of[n]["offset"] != nf[n]["offset"]
+    ]
+    resized = [
+        {"field": n, "old": of[n]["size"], "new": nf[n]["size"]}
+        for n in of
+        if n in nf and of[n]["size"] != nf[n]["size"]
+    ]
     order_old = [n for n in of if n in nf]
     order_new = [n for n in nf if n in of]
-    for key, value in (("fields_added", added), ("fields_removed", removed),
-                       ("fields_retyped", retyped), ("fields_moved", moved),
-                       ("fields_resized", resized)):
+    for key, value in (
+        ("fields_added", added),
+        ("fields_removed", removed),
+        ("fields_retyped", retyped),
+        ("fields_moved", moved),
+        ("fields_resized", resized),
+    ):
         if value:
             detail[key] = value
     if order_old != order_new:
@@ -71,8 +85,7 @@ def _simple(kind: str, old: dict, new: dict, value) -> list[Change]:
         elif name not in old:
             out.append(Change(kind, name, "added", False, {"new": value(new[name])}))
         elif value(old[name]) != value(new[name]):
-            out.append(Change(kind, name, "changed", True,
-                              {"old": value(old[name]), "new": value(new[name])}))
+            out.append(Change(kind, name, "changed", True, {"old": value(old[name]), "new": value(new[name])}))
     return out
 
 
@@ -113,23 +126,45 @@ def _names_to_find(c: Change) -> set[str]:
     return names
 
 
+def _enclosing(lines: list[str], index: int) -> str:
+    """The def or class (dotted, outermost first) that line ``index`` (0-based) sits in, or "module"."""
+    names: list[str] = []
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    for line in reversed(lines[:index]):
+        stripped = line.lstrip()
+        depth = len(line) - len(stripped)
+        found = re.match(r"(?:async\s+)?(?:def|class)\s+(\w+)", stripped)
+        if found and depth < indent:
+            names.append(found.group(1))
+            indent = depth
+            if depth == 0:
+                break
+    return ".".join(reversed(names)) or "module"
+
+
 def find_uses(changes: list[Change], package: Path = PACKAGE) -> None:
-    """Fill ``used_in`` with file:line of every mention in the package's Python sources."""
+    """Fill ``used_in`` with file:line of every mention in the package's Python sources, and
+    ``used_by`` with the name mentioned and the def or class it is in (line numbers move with every
+    commit; the names say what to read)."""
     files = [(p, p.read_text(encoding="utf-8").splitlines()) for p in sorted(package.rglob("*.py"))]
     for c in changes:
         pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(_names_to_find(c)))) + r")\b")
         for path, lines in files:
             for i, line in enumerate(lines, 1):
-                if pattern.search(line):
+                found = pattern.search(line)
+                if found:
                     c.used_in.append(f"{path.relative_to(package.parent)}:{i}")
+                    c.used_by.append(f"`{found.group(1)}` in `{_enclosing(lines, i - 1)}`")
 
 
-def _uses_by_file(used_in: list[str]) -> list[str]:
-    """``a.py:1, a.py:5, b.py:2`` as ``a.py: 1, 5`` and ``b.py: 2`` (one line a file)."""
+def _uses_by_file(used_in: list[str], used_by: list[str] | None = None) -> list[str]:
+    """``a.py:1, a.py:5, b.py:2`` as ``a.py: 1, 5`` and ``b.py: 2`` (one line a file), each line
+    followed by what ``used_by`` says of it."""
     by_file: dict[str, list[str]] = {}
-    for use in used_in:
+    for k, use in enumerate(used_in):
         path, _, line = use.rpartition(":")
-        by_file.setdefault(path, []).append(line)
+        where = f" ({used_by[k]})" if used_by and k < len(used_by) else ""
+        by_file.setdefault(path, []).append(line + where)
     return [f"`{path}`: {', '.join(lines)}" for path, lines in by_file.items()]
 
 
@@ -139,7 +174,7 @@ def _entry(c: Change, headline: str) -> list[str]:
         out.append("  - moved fields: regenerating is enough (API mode: the compiler lays out the struct)")
     if c.used_in:
         out.append("  - read these lines of ours:")
-        out += [f"    - {line}" for line in _uses_by_file(c.used_in)]
+        out += [f"    - {line}" for line in _uses_by_file(c.used_in, c.used_by)]
     elif c.breaking:
         out.append("  - not used in llama_ffi/")
     return out
@@ -148,8 +183,12 @@ def _entry(c: Change, headline: str) -> list[str]:
 def markdown(changes: list[Change], old_name: str, new_name: str) -> str:
     breaking = [c for c in changes if c.breaking]
     additive = [c for c in changes if not c.breaking]
-    out = [f"# ABI diff: {old_name} → {new_name}", "",
-           f"{len(breaking)} breaking, {len(additive)} additive changes.", ""]
+    out = [
+        f"# ABI diff: {old_name} → {new_name}",
+        "",
+        f"{len(breaking)} breaking, {len(additive)} additive changes.",
+        "",
+    ]
     by_kind: dict[str, int] = {}
     for c in changes:
         key = f"{c.kind} {c.change}"
@@ -191,11 +230,27 @@ def _describe(c: Change) -> str:
     return "; ".join(parts)
 
 
+def refresh(report_json: Path, report_md: Path) -> None:
+    """Look the uses of a stored diff up again in today's sources (code moved since the bump) and
+    rewrite both reports; the title keeps the two versions the Markdown named."""
+    changes = [Change(**{**item, "used_in": [], "used_by": []}) for item in json.loads(report_json.read_text())]
+    find_uses(changes)
+    title = report_md.read_text().splitlines()[0].removeprefix("# ABI diff: ")
+    old_name, _, new_name = title.partition(" → ")
+    report_md.write_text(markdown(changes, old_name, new_name))
+    report_json.write_text(json.dumps([dataclasses.asdict(c) for c in changes], indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     from tools.abi.snapshot import SnapshotError, load_or_take
     from tools.gen import GenerationError
     from tools.vendor import VendorError
 
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--refresh"]:  # --refresh REPORT.json REPORT.md: today's uses of a stored diff
+        refresh(Path(argv[1]), Path(argv[2]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old")
     ap.add_argument("new")
@@ -219,8 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps([dataclasses.asdict(c) for c in changes], indent=1) + "\n")
     breaking = sum(c.breaking for c in changes)
     if breaking and not args.accept_breaking:
-        print(f"{breaking} breaking change(s): re-check the uses listed, then rerun with "
-              f"--accept-breaking", file=sys.stderr)
+        print(
+            f"{breaking} breaking change(s): re-check the uses listed, then rerun with --accept-breaking",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -79,13 +79,19 @@ def _enumerators(node: c_ast.Node) -> list[tuple[str, str]]:
 
 
 def _probe_source(structs, fields, enums, consts) -> str:
-    lines = ["#include <stdio.h>", "#include <stddef.h>",
-             *(f'#include "{h.name}"' for h in BOUND_HEADERS), "int main(void) {"]
+    lines = [
+        "#include <stdio.h>",
+        "#include <stddef.h>",
+        *(f'#include "{h.name}"' for h in BOUND_HEADERS),
+        "int main(void) {",
+    ]
     for name in structs:
         lines.append(f'  printf("S\\t{name}\\t%zu\\t%zu\\n", sizeof({name}), _Alignof({name}));')
     for name, field in fields:
-        lines.append(f'  printf("F\\t{name}\\t{field}\\t%zu\\t%zu\\n", offsetof({name}, {field}), '
-                     f"sizeof((({name} *)0)->{field}));")
+        lines.append(
+            f'  printf("F\\t{name}\\t{field}\\t%zu\\t%zu\\n", offsetof({name}, {field}), '
+            f"sizeof((({name} *)0)->{field}));"
+        )
     for name in enums:
         lines.append(f'  printf("E\\t{name}\\t%lld\\n", (long long)({name}));')
     for name, kind in consts:
@@ -108,8 +114,9 @@ def run_probe(tree: Path, source: str) -> list[list[str]]:
         if proc.returncode != 0:
             kept = Path(tempfile.gettempdir()) / "llama-ffi-abi_probe.c"
             kept.write_text(source)
-            raise SnapshotError(f"the ABI probe for {tree} failed to compile (source kept at {kept}):\n"
-                                f"{proc.stderr.strip()[-3000:]}")
+            raise SnapshotError(
+                f"the ABI probe for {tree} failed to compile (source kept at {kept}):\n{proc.stderr.strip()[-3000:]}"
+            )
         run = subprocess.run([str(exe)], capture_output=True, text=True)
         if run.returncode != 0:
             raise SnapshotError(f"the ABI probe for {tree} failed to run: {run.stderr.strip()}")
@@ -130,8 +137,10 @@ def take(tree: Path, commit: str = "unknown") -> dict:
             for field, type_text in _fields(node):
                 field_types[(name, field)] = type_text
         if d.kind == FUNCTION and d.name not in functions:
-            functions[d.name] = {"header": d.header.name,
-                                 "signature": c_generator.CGenerator().visit(d.node).replace("extern ", "")}
+            functions[d.name] = {
+                "header": d.header.name,
+                "signature": c_generator.CGenerator().visit(d.node).replace("extern ", ""),
+            }
         if d.kind == TYPEDEF and d.name not in typedefs:
             typedefs[d.name] = _type_text(d.node.type)
         if d.kind in (TAG, TYPEDEF):
@@ -144,14 +153,22 @@ def take(tree: Path, commit: str = "unknown") -> dict:
         if row[0] == "S":
             structs[row[1]].update(size=int(row[2]), align=int(row[3]))
         elif row[0] == "F":
-            structs[row[1]]["fields"].append({"name": row[2], "type": field_types[(row[1], row[2])],
-                                              "offset": int(row[3]), "size": int(row[4])})
+            structs[row[1]]["fields"].append(
+                {"name": row[2], "type": field_types[(row[1], row[2])], "offset": int(row[3]), "size": int(row[4])}
+            )
         elif row[0] == "E":
             enums[row[1]] = {"type": enum_types[row[1]], "value": int(row[2])}
         elif row[0] == "C":
             constants[row[1]] = row[2] if len(row) > 2 else ""
-    return {"version": SNAPSHOT_VERSION, "commit": commit, "structs": structs, "enums": enums,
-            "functions": functions, "typedefs": typedefs, "constants": constants}
+    return {
+        "version": SNAPSHOT_VERSION,
+        "commit": commit,
+        "structs": structs,
+        "enums": enums,
+        "functions": functions,
+        "typedefs": typedefs,
+        "constants": constants,
+    }
 
 
 def write(snapshot: dict, path: Path) -> None:
@@ -166,7 +183,7 @@ def load_or_take(source: str) -> dict:
     p = Path(source)
     if p.is_file():
         return json.loads(p.read_text())
-    from tools.vendor import check_is_llama_tree, _git_describe
+    from tools.vendor import _git_describe, check_is_llama_tree
 
     check_is_llama_tree(p)
     return take(p, _git_describe(p)[0])

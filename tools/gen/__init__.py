@@ -13,7 +13,7 @@ from pathlib import Path
 from tools.gen import constants, emit, parse, preprocess
 from tools.gen.errors import GenerationError
 from tools.gen.headers import BoundHeader
-from tools.gen.parse import FUNCTION, TAG, Declaration
+from tools.gen.parse import FUNCTION, Declaration
 
 __all__ = ["Bindings", "GenerationError", "generate"]
 
@@ -26,8 +26,7 @@ class Bindings:
 
     def files(self, exported: set[str] | None = None) -> dict[BoundHeader, str]:
         """Cdef text per header; with ``exported``, functions no library defines are left out."""
-        keep = (lambda d: True) if exported is None else (
-            lambda d: d.kind != FUNCTION or d.name in exported)
+        keep = (lambda d: True) if exported is None else (lambda d: d.kind != FUNCTION or d.name in exported)
         return emit.cdef_files(self.declarations, self.constants, self.commit, keep)
 
     def cdef(self, exported: set[str] | None = None) -> str:

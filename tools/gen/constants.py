@@ -19,15 +19,14 @@ from tools.gen.preprocess import run_cpp, translation_unit
 INT, FLOAT, STRING = "int", "float", "string"
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(?=\s|$)", re.M)
 _MARK = "__llama_ffi_macro_"
-_INT_TYPES = {"int", "unsigned int", "long int", "unsigned long int", "long long int",
-              "unsigned long long int", "char"}
+_INT_TYPES = {"int", "unsigned int", "long int", "unsigned long int", "long long int", "unsigned long long int", "char"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Constant:
     name: str
     header: BoundHeader
-    kind: str | None        # INT, FLOAT, STRING, or None when not a constant
+    kind: str | None  # INT, FLOAT, STRING, or None when not a constant
     expansion: str
 
     def cdef(self) -> str:
@@ -54,7 +53,7 @@ def expand(tree: Path, names: list[str]) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
         if line.startswith(_MARK):
-            idx, _, value = line[len(_MARK):].partition(" ")
+            idx, _, value = line[len(_MARK) :].partition(" ")
             out[names[int(idx)]] = value.strip()
     return out
 

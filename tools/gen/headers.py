@@ -10,8 +10,8 @@ FAKE_LIBC = Path(__file__).resolve().parent / "fake_libc"
 
 @dataclasses.dataclass(frozen=True)
 class BoundHeader:
-    name: str      # file name, e.g. "llama.h"
-    subdir: str    # folder inside the tree, e.g. "include"
+    name: str  # file name, e.g. "llama.h"
+    subdir: str  # folder inside the tree, e.g. "include"
 
     def path(self, tree: Path) -> Path:
         return tree / self.subdir / self.name

@@ -17,8 +17,8 @@ FUNCTION, TYPEDEF, TAG, VARIABLE = "function", "typedef", "tag", "variable"
 
 @dataclasses.dataclass
 class Declaration:
-    kind: str              # FUNCTION, TYPEDEF, TAG (struct/union/enum) or VARIABLE
-    name: str              # C name; for a tag "struct llama_model" etc.
+    kind: str  # FUNCTION, TYPEDEF, TAG (struct/union/enum) or VARIABLE
+    name: str  # C name; for a tag "struct llama_model" etc.
     header: BoundHeader
     line: int
     node: c_ast.Node
@@ -57,8 +57,9 @@ def classify(node: c_ast.Node) -> tuple[str, str]:
             return TAG, _tag_name(node.type)
         if node.name and isinstance(node.type, (c_ast.TypeDecl, c_ast.ArrayDecl, c_ast.PtrDecl)):
             return VARIABLE, node.name
-    raise located(getattr(node, "coord", None),
-                  f"the generator does not understand this construct ({type(node).__name__})")
+    raise located(
+        getattr(node, "coord", None), f"the generator does not understand this construct ({type(node).__name__})"
+    )
 
 
 def declarations(ast: c_ast.FileAST, tree: Path) -> list[Declaration]:

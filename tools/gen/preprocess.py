@@ -36,8 +36,17 @@ def run_cpp(tree: Path, source: str, *flags: str) -> str:
     """Preprocess ``source`` against the tree; libc comes from our fake headers only."""
     # Relative include paths keep the line markers (and so the generated files) machine-independent.
     dirs = (os.path.relpath(d, tree) for d in include_dirs(tree))
-    cmd = [compiler(), "-E", "-nostdinc", "-std=c11", f"-I{FAKE_LIBC}",
-           *(f"-I{d}" for d in dirs), *NEUTRAL_DEFINES, *flags, "-"]
+    cmd = [
+        compiler(),
+        "-E",
+        "-nostdinc",
+        "-std=c11",
+        f"-I{FAKE_LIBC}",
+        *(f"-I{d}" for d in dirs),
+        *NEUTRAL_DEFINES,
+        *flags,
+        "-",
+    ]
     proc = subprocess.run(cmd, input=source, capture_output=True, text=True, cwd=tree)
     if proc.returncode != 0:
         raise GenerationError(f"preprocessing the headers of {tree} failed:\n{proc.stderr.strip()}")

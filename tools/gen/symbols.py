@@ -30,8 +30,11 @@ def _defined_symbols(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
     proc = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True, text=True)
     if proc.returncode != 0:
         raise GenerationError(f"nm failed on {path}: {proc.stderr.strip()}")
-    return tuple(parts[2].split("@")[0] for parts in map(str.split, proc.stdout.splitlines())
-                 if len(parts) == 3 and parts[1] in "TtWiDBR")
+    return tuple(
+        parts[2].split("@")[0]
+        for parts in map(str.split, proc.stdout.splitlines())
+        if len(parts) == 3 and parts[1] in "TtWiDBR"
+    )
 
 
 # What ggml's backend loader looks up in a file it dlopens (GGML_BACKEND_DL_IMPL): a library that

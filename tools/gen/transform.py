@@ -14,9 +14,14 @@ DROPPED_QUALIFIERS = {"restrict", "__restrict", "__restrict__"}
 
 
 def is_integer_literal(node: c_ast.Node | None) -> bool:
-    return isinstance(node, c_ast.Constant) and node.type in ("int", "unsigned int", "long int",
-                                                              "unsigned long int", "long long int",
-                                                              "unsigned long long int")
+    return isinstance(node, c_ast.Constant) and node.type in (
+        "int",
+        "unsigned int",
+        "long int",
+        "unsigned long int",
+        "long long int",
+        "unsigned long long int",
+    )
 
 
 class ArraySizeToDots(c_ast.NodeVisitor):

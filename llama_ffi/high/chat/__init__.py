@@ -5,5 +5,11 @@ from llama_ffi.high.chat.formats import builtin_formats, format_with_builtin
 from llama_ffi.high.chat.messages import validate_messages
 from llama_ffi.high.chat.templates import ChatTemplate, TemplateError, TemplateSecurityError
 
-__all__ = ["ChatTemplate", "TemplateError", "TemplateSecurityError", "builtin_formats",
-           "format_with_builtin", "validate_messages"]
+__all__ = [
+    "ChatTemplate",
+    "TemplateError",
+    "TemplateSecurityError",
+    "builtin_formats",
+    "format_with_builtin",
+    "validate_messages",
+]

@@ -9,12 +9,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from llama_ffi import ffi, lib
-from llama_ffi.high.chat import media_parts, tools as tool_calls
+from llama_ffi.high.chat import media_parts
+from llama_ffi.high.chat import tools as tool_calls
 from llama_ffi.high.chat.formats import format_with_builtin
+from llama_ffi.high.chat.json_schema import schema_to_gbnf
 from llama_ffi.high.chat.messages import text_only, validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
-from llama_ffi.high.chat.json_schema import schema_to_gbnf
 from llama_ffi.high.compat import chat_logprobs, chat_options
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.multimodal import MediaPrompt, extract_media
@@ -24,7 +25,7 @@ FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is gi
 
 # Any JSON value at the top is an object (OpenAI's json_object mode); whitespace is bounded so a
 # model cannot loop on it.
-JSON_OBJECT_GBNF = r'''
+JSON_OBJECT_GBNF = r"""
 root    ::= object
 value   ::= object | array | string | number | "true" | "false" | "null"
 object  ::= "{" sp ( member ( "," sp member )* )? sp "}"
@@ -33,7 +34,7 @@ array   ::= "[" sp ( value ( "," sp value )* )? sp "]"
 string  ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
 number  ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
 sp      ::= [ \t\n]{0,8}
-'''
+"""
 
 
 def model_template(llm, name: str | None) -> ChatTemplate | None:
@@ -43,22 +44,41 @@ def model_template(llm, name: str | None) -> ChatTemplate | None:
             raise ValueError(f"the model has no chat template named {name!r}")
         return None
     vocab = llm._model.vocab_ptr
-    special = lambda t: llm.tokenizer.piece(t, special=True).decode("utf-8", "replace") if t >= 0 else ""
-    return ChatTemplate(ffi.string(ptr).decode("utf-8"), name or "tokenizer.chat_template",
-                        bos_token=special(lib.llama_vocab_bos(vocab)), eos_token=special(lib.llama_vocab_eos(vocab)))
+
+    def special(t: int) -> str:
+        return llm.tokenizer.piece(t, special=True).decode("utf-8", "replace") if t >= 0 else ""
+
+    return ChatTemplate(
+        ffi.string(ptr).decode("utf-8"),
+        name or "tokenizer.chat_template",
+        bos_token=special(lib.llama_vocab_bos(vocab)),
+        eos_token=special(lib.llama_vocab_eos(vocab)),
+    )
 
 
-def render_prompt(llm, messages: list[dict], *, chat_handler: Callable | None = None,
-                  chat_format: str | None = None, chat_template_name: str | None = None,
-                  extra_template_arguments: dict | None = None, assistant_prefill: bool = False) -> str:
+def render_prompt(
+    llm,
+    messages: list[dict],
+    *,
+    chat_handler: Callable | None = None,
+    chat_format: str | None = None,
+    chat_template_name: str | None = None,
+    extra_template_arguments: dict | None = None,
+    assistant_prefill: bool = False,
+) -> str:
     if assistant_prefill:
         # The history up to the last (partial) assistant message, rendered as if asking for a
         # reply, then that partial text appended: the model continues it, no end-of-turn between.
         if messages[-1]["role"] != "assistant":
             raise ValueError("assistant_prefill=True needs the last message to be the assistant's")
-        head = render_prompt(llm, messages[:-1], chat_handler=chat_handler, chat_format=chat_format,
-                             chat_template_name=chat_template_name,
-                             extra_template_arguments=extra_template_arguments)
+        head = render_prompt(
+            llm,
+            messages[:-1],
+            chat_handler=chat_handler,
+            chat_format=chat_format,
+            chat_template_name=chat_template_name,
+            extra_template_arguments=extra_template_arguments,
+        )
         return head + (messages[-1].get("content") or "")
     if chat_handler is not None:
         return chat_handler(messages=messages, **(extra_template_arguments or {}))
@@ -68,8 +88,9 @@ def render_prompt(llm, messages: list[dict], *, chat_handler: Callable | None = 
     if template is None:
         return format_with_builtin(FALLBACK_FORMAT, messages)
     # llama.cpp passes enable_thinking (true unless asked otherwise) to every Jinja template
-    return template.render(messages, add_generation_prompt=True,
-                           **{"enable_thinking": True, **(extra_template_arguments or {})})
+    return template.render(
+        messages, add_generation_prompt=True, **{"enable_thinking": True, **(extra_template_arguments or {})}
+    )
 
 
 def render_media_prompt(llm, messages: list[dict], media: list, **options) -> tuple[str, list]:
@@ -77,11 +98,15 @@ def render_media_prompt(llm, messages: list[dict], media: list, **options) -> tu
     media parts renders them itself, each placeholder becoming mtmd's marker (media_parts);
     otherwise, llama.cpp's rule: the marker as text where the part was."""
     marker = llm.mtmd.marker if llm.mtmd is not None else MEDIA_MARKER
-    template = (None if options["chat_handler"] or options["chat_format"]
-                else model_template(llm, options["chat_template_name"]))
+    template = (
+        None
+        if options["chat_handler"] or options["chat_format"]
+        else model_template(llm, options["chat_template_name"])
+    )
     if media and template is not None and media_parts.template_takes_media(template.source):
-        prompt, order = media_parts.render_with_markers(lambda m: render_prompt(llm, m, **options), messages,
-                                                        [item.kind for item in media], marker)
+        prompt, order = media_parts.render_with_markers(
+            lambda m: render_prompt(llm, m, **options), messages, [item.kind for item in media], marker
+        )
         return prompt, [media[i] for i in order]
     return render_prompt(llm, text_only(media_parts.as_marker_text(messages, marker)), **options), media
 
@@ -89,8 +114,14 @@ def render_media_prompt(llm, messages: list[dict], media: list, **options) -> tu
 def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
     if response_format is None:
         return None
-    if not isinstance(response_format, dict) or response_format.get("type") not in ("text", "json_object", "json_schema"):
-        raise ValueError(f"response_format must be {{'type': 'text'|'json_object'|'json_schema'}}, got {response_format!r}")
+    if not isinstance(response_format, dict) or response_format.get("type") not in (
+        "text",
+        "json_object",
+        "json_schema",
+    ):
+        raise ValueError(
+            f"response_format must be {{'type': 'text'|'json_object'|'json_schema'}}, got {response_format!r}"
+        )
     if response_format["type"] == "text":
         return None
     schema = response_format.get("schema")  # llama-cpp-python: {"type": "json_object", "schema": ...}
@@ -108,23 +139,44 @@ MEDIA_MARKER = "<__media__>"  # mtmd's default, for messages checked without an 
 
 
 def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None, index: int = 0) -> dict:
-    return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
 
 
-def plan_chat(llm, messages, *, chat_handler=None, chat_format=None,
-                           chat_template_name=None, extra_template_arguments=None,
-                           response_format=None, stream: bool = False, max_tokens: int | None = None,
-                           assistant_prefill: bool = False, tools=None, tool_choice=None,
-                           reasoning_budget: int | None = None, reasoning_start: str = "<think>",
-                           reasoning_end: str = "</think>", reasoning_budget_message: str = "",
-                           reasoning_start_in_prompt: bool | None = None,
-                           reasoning_start_max_tokens: int | None = None, **completion_kwargs):
+def plan_chat(
+    llm,
+    messages,
+    *,
+    chat_handler=None,
+    chat_format=None,
+    chat_template_name=None,
+    extra_template_arguments=None,
+    response_format=None,
+    stream: bool = False,
+    max_tokens: int | None = None,
+    assistant_prefill: bool = False,
+    tools=None,
+    tool_choice=None,
+    reasoning_budget: int | None = None,
+    reasoning_start: str = "<think>",
+    reasoning_end: str = "</think>",
+    reasoning_budget_message: str = "",
+    reasoning_start_in_prompt: bool | None = None,
+    reasoning_start_max_tokens: int | None = None,
+    **completion_kwargs,
+):
     mtmd = llm.mtmd
     messages, media = extract_media(messages)
     if media and mtmd is None:
-        raise ValueError("the messages hold images or audio, but this Llama was loaded without an mmproj "
-                         "(Llama(..., mmproj_path=...) or chat_handler=MTMDChatHandler(mmproj_path=...))")
+        raise ValueError(
+            "the messages hold images or audio, but this Llama was loaded without an mmproj "
+            "(Llama(..., mmproj_path=...) or chat_handler=MTMDChatHandler(mmproj_path=...))"
+        )
     for i, item in enumerate(media):  # the projector's refusal names the cause; a template's would not
         check_kind(mtmd, item, i)
     messages = validate_messages(messages)
@@ -139,15 +191,31 @@ def plan_chat(llm, messages, *, chat_handler=None, chat_format=None,
         else:  # the template knows no tools: describe them (and earlier tool turns) in text
             messages = tool_calls.inline_messages(messages, tool_plan.functions if offering else {})
     prompt, media = render_media_prompt(
-        llm, messages, media, chat_handler=chat_handler, chat_format=chat_format,
-        chat_template_name=chat_template_name, extra_template_arguments=extra, assistant_prefill=assistant_prefill)
-    started = (prompt.rstrip().endswith(reasoning_start) if reasoning_start_in_prompt is None
-               else bool(reasoning_start_in_prompt))
+        llm,
+        messages,
+        media,
+        chat_handler=chat_handler,
+        chat_format=chat_format,
+        chat_template_name=chat_template_name,
+        extra_template_arguments=extra,
+        assistant_prefill=assistant_prefill,
+    )
+    started = (
+        prompt.rstrip().endswith(reasoning_start)
+        if reasoning_start_in_prompt is None
+        else bool(reasoning_start_in_prompt)
+    )
     think = (reasoning_start, reasoning_end, started)
     if reasoning_budget is not None:
-        budget = ReasoningBudget(lambda t: llm.tokenize(t, add_bos=False, special=True), reasoning_budget,
-                                 reasoning_start, reasoning_end, reasoning_budget_message, started,
-                                 reasoning_start_max_tokens)
+        budget = ReasoningBudget(
+            lambda t: llm.tokenize(t, add_bos=False, special=True),
+            reasoning_budget,
+            reasoning_start,
+            reasoning_end,
+            reasoning_budget_message,
+            started,
+            reasoning_start_max_tokens,
+        )
         processors = completion_kwargs.get("logits_processor") or []
         completion_kwargs["logits_processor"] = [*([processors] if callable(processors) else processors), budget]
     grammar = response_grammar(response_format)
@@ -157,22 +225,31 @@ def plan_chat(llm, messages, *, chat_handler=None, chat_format=None,
         completion_kwargs["grammar"] = grammar
     bos_text = llm.tokenizer.piece(llm.token_bos(), special=True) if llm.token_bos() >= 0 else b""
     add_bos = bool(lib.llama_vocab_get_add_bos(llm._model.vocab_ptr)) and not (
-        bos_text and prompt.encode().startswith(bos_text))
+        bos_text and prompt.encode().startswith(bos_text)
+    )
     if media:  # text and media chunks: the markers the template kept become the media
         tokens = MediaPrompt(mtmd, prompt, media, add_special=add_bos)
     else:
         tokens = llm.tokenize(prompt, add_bos=add_bos, special=True)
     parse_calls = tool_plan.mode != "none" or reasoning_budget is not None or started
-    return ChatPlan(tokens, dict(completion_kwargs, max_tokens=max_tokens, stream=stream and not parse_calls),
-                    stream, parse_calls, tool_plan, think, llm.model_path)
+    return ChatPlan(
+        tokens,
+        dict(completion_kwargs, max_tokens=max_tokens, stream=stream and not parse_calls),
+        stream,
+        parse_calls,
+        tool_plan,
+        think,
+        llm.model_path,
+    )
 
 
 class ChatPlan:
     """A chat request as a completion request (``tokens``, ``completion_kwargs``), and how its
     result becomes ``chat.completion`` shapes (``finish``, or ``afinish`` for asyncio)."""
 
-    def __init__(self, tokens, completion_kwargs: dict, stream: bool, parse_calls: bool, tool_plan, think,
-                 model: str) -> None:
+    def __init__(
+        self, tokens, completion_kwargs: dict, stream: bool, parse_calls: bool, tool_plan, think, model: str
+    ) -> None:
         self.tokens, self.completion_kwargs = tokens, completion_kwargs
         self.stream, self.parse_calls, self.tool_plan, self.think = stream, parse_calls, tool_plan, think
         self.model = model
@@ -181,19 +258,35 @@ class ChatPlan:
     def finish(self, result):
         cid, created, tool_plan, think, stream = self.cid, self.created, self.tool_plan, self.think, self.stream
         if self.parse_calls and stream:  # calls are known only at the end: generate, then stream the messages
-            chunks = [chunk for choice in result["choices"]
-                      for chunk in _message_chunks(cid, created, self.model, _message(choice, tool_plan, think),
-                                                   choice["index"])]
+            chunks = [
+                chunk
+                for choice in result["choices"]
+                for chunk in _message_chunks(
+                    cid, created, self.model, _message(choice, tool_plan, think), choice["index"]
+                )
+            ]
             chunks[-1]["usage"] = result["usage"]  # as a completion stream: the last chunk carries it
             return iter(chunks)
         if not stream:
             choices = []
             for choice in result["choices"]:  # n > 1: one message per choice
                 message, finish = _message(choice, tool_plan, think)
-                choices.append({"index": choice["index"], "message": message,
-                                "logprobs": chat_logprobs(choice["logprobs"]), "finish_reason": finish})
-            return {"id": cid, "object": "chat.completion", "created": created, "model": result["model"],
-                    "choices": choices, "usage": result["usage"]}
+                choices.append(
+                    {
+                        "index": choice["index"],
+                        "message": message,
+                        "logprobs": chat_logprobs(choice["logprobs"]),
+                        "finish_reason": finish,
+                    }
+                )
+            return {
+                "id": cid,
+                "object": "chat.completion",
+                "created": created,
+                "model": result["model"],
+                "choices": choices,
+                "usage": result["usage"],
+            }
 
         def chunks() -> Iterator[dict]:
             started: set[int] = set()
@@ -247,8 +340,10 @@ def call_options(llm, kwargs: dict) -> dict:
     if llm.chat_format is not None:
         kwargs.setdefault("chat_format", llm.chat_format)
     if llm.template_arguments:
-        kwargs["extra_template_arguments"] = {**llm.template_arguments,
-                                              **(kwargs.get("extra_template_arguments") or {})}
+        kwargs["extra_template_arguments"] = {
+            **llm.template_arguments,
+            **(kwargs.get("extra_template_arguments") or {}),
+        }
     return kwargs
 
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 from llama_ffi import ffi, lib
 
 # llama-cpp-python's format names that llama.cpp knows under another name
-ALIASES = {"llama-2": "llama2", "llama-3": "llama3", "mistral-instruct": "mistral-v1", "phi-3": "phi3",
-           "qwen": "chatml",
-           # ChatML with its tools described in the prompt and Hermes-style calls parsed back,
-           # which is what create_chat_completion does for any format without tool support
-           "chatml-function-calling": "chatml"}
+ALIASES = {
+    "llama-2": "llama2",
+    "llama-3": "llama3",
+    "mistral-instruct": "mistral-v1",
+    "phi-3": "phi3",
+    "qwen": "chatml",
+    # ChatML with its tools described in the prompt and Hermes-style calls parsed back,
+    # which is what create_chat_completion does for any format without tool support
+    "chatml-function-calling": "chatml",
+}
 
 
 def builtin_formats() -> list[str]:
@@ -30,8 +35,9 @@ def resolve(name: str) -> str:
 
 def format_with_builtin(name: str, messages: list[dict], add_generation_prompt: bool = True) -> str:
     real = resolve(name)
-    keep = [(ffi.new("char[]", m["role"].encode()), ffi.new("char[]", (m.get("content") or "").encode()))
-            for m in messages]
+    keep = [
+        (ffi.new("char[]", m["role"].encode()), ffi.new("char[]", (m.get("content") or "").encode())) for m in messages
+    ]
     chat = ffi.new("struct llama_chat_message[]", len(keep))
     for i, (role, content) in enumerate(keep):
         chat[i].role, chat[i].content = role, content

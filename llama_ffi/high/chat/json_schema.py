@@ -17,38 +17,77 @@ class UnsupportedSchemaError(ValueError):
     pass
 
 
-ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                         "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
-KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "items", "minItems",
-                      "maxItems", "enum", "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength",
-                      "format"}) | ANNOTATIONS
+ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$defs",
+        "definitions",
+    }
+)
+KEYWORDS = (
+    frozenset(
+        {
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "items",
+            "minItems",
+            "maxItems",
+            "enum",
+            "const",
+            "anyOf",
+            "oneOf",
+            "$ref",
+            "minLength",
+            "maxLength",
+            "format",
+        }
+    )
+    | ANNOTATIONS
+)
 
 SPACE = '| " " | "\\n" [ \\t]{0,20}'  # bounded: a model cannot stall in endless whitespace
 PRIMITIVES = {
     "space": SPACE,
     "boolean": '("true" | "false") space',
     "null": '"null" space',
-    "integral-part": '[0] | [1-9] [0-9]{0,15}',
+    "integral-part": "[0] | [1-9] [0-9]{0,15}",
     "integer": '("-"? integral-part) space',
     "number": '("-"? integral-part) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? space',
     "char": '[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})',
     "string": '"\\"" char* "\\"" space',
-    "value": 'object | array | string | number | boolean | null',
+    "value": "object | array | string | number | boolean | null",
     "object": '"{" space ( string ":" space value ("," space string ":" space value)* )? "}" space',
     "array": '"[" space ( value ("," space value)* )? "]" space',
 }
 # Which primitive rules each one uses (only what a grammar needs is emitted).
-PRIMITIVE_DEPS = {"integer": ["integral-part", "space"], "number": ["integral-part", "space"],
-                  "string": ["char", "space"], "boolean": ["space"], "null": ["space"],
-                  "value": ["object", "array", "string", "number", "boolean", "null"],
-                  "object": ["string", "value", "space"], "array": ["value", "space"]}
+PRIMITIVE_DEPS = {
+    "integer": ["integral-part", "space"],
+    "number": ["integral-part", "space"],
+    "string": ["char", "space"],
+    "boolean": ["space"],
+    "null": ["space"],
+    "value": ["object", "array", "string", "number", "boolean", "null"],
+    "object": ["string", "value", "space"],
+    "array": ["value", "space"],
+}
 FORMATS = {
     "date": '[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])',
     "time": '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? '
-            '("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])',
+    '("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])',
     "uuid": '[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}',
 }
-FORMATS["date-time"] = f'{FORMATS["date"]} [Tt ] {FORMATS["time"]}'
+FORMATS["date-time"] = f"{FORMATS['date']} [Tt ] {FORMATS['time']}"
 
 
 def literal(value) -> str:
@@ -125,11 +164,15 @@ class SchemaConverter:
                 kind = "array"
             else:
                 return self._primitive("value")
-        handler: Callable | None = {"object": self._object, "array": self._array, "string": self._string,
-                                    "integer": lambda s, p, n: self._primitive("integer"),
-                                    "number": lambda s, p, n: self._primitive("number"),
-                                    "boolean": lambda s, p, n: self._primitive("boolean"),
-                                    "null": lambda s, p, n: self._primitive("null")}.get(kind)
+        handler: Callable | None = {
+            "object": self._object,
+            "array": self._array,
+            "string": self._string,
+            "integer": lambda s, p, n: self._primitive("integer"),
+            "number": lambda s, p, n: self._primitive("number"),
+            "boolean": lambda s, p, n: self._primitive("boolean"),
+            "null": lambda s, p, n: self._primitive("null"),
+        }.get(kind)
         if handler is None:
             raise UnsupportedSchemaError(f"{path}: unknown type {kind!r}")
         return handler(schema, path, name)
@@ -160,8 +203,9 @@ class SchemaConverter:
         fmt = schema.get("format")
         if fmt is not None:
             if fmt not in FORMATS:
-                raise UnsupportedSchemaError(f"{path}: unsupported string format {fmt!r} "
-                                             f"(supported: {', '.join(sorted(FORMATS))})")
+                raise UnsupportedSchemaError(
+                    f"{path}: unsupported string format {fmt!r} (supported: {', '.join(sorted(FORMATS))})"
+                )
             return self._with_space(self._add(name, f'"\\"" {FORMATS[fmt]} "\\"" space'))
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
         if lo == 0 and hi is None:
@@ -203,16 +247,17 @@ class SchemaConverter:
             raise UnsupportedSchemaError(f"{path}: required names properties that are not defined: {missing}")
         self._primitive("space")
         extra = schema.get("additionalProperties")
-        kv = {k: self._add(_rule_name(f"{path}-{k}-kv"),
-                           f'{literal(k)} space ":" space {self.visit(v, f"{path}-{k}")}')
-              for k, v in props.items()}
+        kv = {
+            k: self._add(_rule_name(f"{path}-{k}-kv"), f'{literal(k)} space ":" space {self.visit(v, f"{path}-{k}")}')
+            for k, v in props.items()
+        }
         if not props and isinstance(extra, dict) or (not props and extra in (None, True)):
             value = self.visit(extra, f"{path}-additional") if isinstance(extra, dict) else self._primitive("value")
             pair = self._add(f"{name}-pair", f'{self._primitive("string")} ":" space {value}')
             return self._add(name, f'"{{" space ({pair} ("," space {pair})*)? "}}" space')
         req = [kv[k] for k in props if k in required]
         opt = [kv[k] for k in props if k not in required]
-        parts = " \",\" space ".join(req)
+        parts = ' "," space '.join(req)
         if opt:
             tail = self._optional_chain(name, opt, leading_comma=bool(req))
             parts = f"{parts} {tail}" if parts else tail
@@ -224,7 +269,7 @@ class SchemaConverter:
             return " ".join(f'("," space {k})?' for k in opt)
         alternatives = []
         for i, k in enumerate(opt):
-            rest = " ".join(f'("," space {o})?' for o in opt[i + 1:])
+            rest = " ".join(f'("," space {o})?' for o in opt[i + 1 :])
             alternatives.append(f"{k} {rest}".strip())
         return "(" + " | ".join(alternatives) + ")?"
 

@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from llama_ffi.high.multimodal.media import MEDIA_PART_TYPES
+
 # What a placeholder is made of: tags such as <|image_pad|>, <start_of_image>, <image>, [IMG].
 # Text a template puts around them for a medium ("Picture 1: ") stays text.
 PLACEHOLDER_TAG = re.compile(r"<[^<>\s]{1,64}>|\[[A-Z_]{2,32}\]")
@@ -61,8 +62,12 @@ def keep_media(messages: list[dict], n: int) -> list[dict]:
 
 def as_marker_text(messages: list[dict], marker: str) -> list[dict]:
     """llama.cpp's rule: each media part becomes a text part holding the marker."""
-    return [{**m, "content": [{"type": "text", "text": marker} if is_media_part(p) else p for p in m["content"]]}
-            if isinstance(m.get("content"), list) else m for m in messages]
+    return [
+        {**m, "content": [{"type": "text", "text": marker} if is_media_part(p) else p for p in m["content"]]}
+        if isinstance(m.get("content"), list)
+        else m
+        for m in messages
+    ]
 
 
 def _insertion(before: str, after: str, index: int, kind: str) -> tuple[int, int]:
@@ -74,15 +79,20 @@ def _insertion(before: str, after: str, index: int, kind: str) -> tuple[int, int
     tail = 0
     while tail < min(len(before), len(after)) - head and before[-1 - tail] == after[-1 - tail]:
         tail += 1
-    middle = difflib.SequenceMatcher(None, before[head:len(before) - tail], after[head:len(after) - tail],
-                                     autojunk=False).get_opcodes()
+    middle = difflib.SequenceMatcher(
+        None, before[head : len(before) - tail], after[head : len(after) - tail], autojunk=False
+    ).get_opcodes()
     ops = [(op, i1 + head, i2 + head, j1 + head, j2 + head) for op, i1, i2, j1, j2 in middle if op != "equal"]
     if not ops:
-        raise ValueError(f"the chat template emitted nothing for media item {index} ({kind}): it does not take "
-                         f"{kind} (is this projector's family the model's?)")
+        raise ValueError(
+            f"the chat template emitted nothing for media item {index} ({kind}): it does not take "
+            f"{kind} (is this projector's family the model's?)"
+        )
     if len(ops) > 1 or ops[0][0] != "insert":
-        raise ValueError(f"the chat template changed its output in {len(ops)} places for media item {index} "
-                         f"({kind}); one placeholder per medium is expected")
+        raise ValueError(
+            f"the chat template changed its output in {len(ops)} places for media item {index} "
+            f"({kind}); one placeholder per medium is expected"
+        )
     return ops[0][3], ops[0][4]
 
 
@@ -108,8 +118,9 @@ def _placed(text: str, start: int, end: int, spans: list[list[int]]) -> tuple[in
     return start, end
 
 
-def render_with_markers(render: Callable[[list[dict]], str], messages: list[dict], kinds: Sequence[str],
-                        marker: str) -> tuple[str, list[int]]:
+def render_with_markers(
+    render: Callable[[list[dict]], str], messages: list[dict], kinds: Sequence[str], marker: str
+) -> tuple[str, list[int]]:
     """``render(messages)`` with each medium's placeholder replaced by ``marker``, and the media's
     indices in the order their markers appear (a template may place a medium before an earlier
     one); ``kinds`` are the media's kinds in message order."""
@@ -119,8 +130,9 @@ def render_with_markers(render: Callable[[list[dict]], str], messages: list[dict
         current = render(keep_media(messages, k + 1))
         start, end = _placed(current, *_insertion(previous, current, k, kind), spans)
         if not current[start:end].strip():
-            raise ValueError(f"the chat template emitted only whitespace for media item {k} ({kind}): it does "
-                             f"not take {kind}")
+            raise ValueError(
+                f"the chat template emitted only whitespace for media item {k} ({kind}): it does not take {kind}"
+            )
         for span in spans:  # earlier emissions after this one move by its length
             if span[0] >= start:
                 span[0] += end - start
@@ -131,8 +143,10 @@ def render_with_markers(render: Callable[[list[dict]], str], messages: list[dict
     order = sorted(range(len(spans)), key=lambda k: spans[k][0])
     for start, end in sorted(spans, reverse=True):
         core_start, core_end = _placeholder(text[start:end])
-        text = text[:start + core_start] + marker + text[start + core_end:]
+        text = text[: start + core_start] + marker + text[start + core_end :]
     if text.count(marker) != len(kinds):
-        raise ValueError(f"the prompt holds {text.count(marker)} media markers for {len(kinds)} media: a message's "
-                         f"text contains the marker {marker!r}")
+        raise ValueError(
+            f"the prompt holds {text.count(marker)} media markers for {len(kinds)} media: a message's "
+            f"text contains the marker {marker!r}"
+        )
     return text, order

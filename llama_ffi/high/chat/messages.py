@@ -31,8 +31,7 @@ def joined_text(parts: list[dict]) -> str:
 
 def text_only(messages: list[dict]) -> list[dict]:
     """The messages with list contents (text parts only by now) joined into text."""
-    return [{**m, "content": joined_text(m["content"])} if isinstance(m.get("content"), list) else m
-            for m in messages]
+    return [{**m, "content": joined_text(m["content"])} if isinstance(m.get("content"), list) else m for m in messages]
 
 
 def validate_messages(messages) -> list[dict]:

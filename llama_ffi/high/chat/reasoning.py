@@ -17,16 +17,23 @@ from llama_ffi.high._checks import integer
 
 
 class State(enum.Enum):
-    IDLE = "idle"            # waiting for the start tag
-    COUNTING = "counting"    # inside the block, counting its tokens
-    FORCING = "forcing"      # budget spent: emitting message + end tag
+    IDLE = "idle"  # waiting for the start tag
+    COUNTING = "counting"  # inside the block, counting its tokens
+    FORCING = "forcing"  # budget spent: emitting message + end tag
     DONE = "done"
 
 
 class ReasoningBudget:
-    def __init__(self, tokenize, budget: int, start: str = "<think>", end: str = "</think>",
-                 message: str = "", start_in_prompt: bool = False,
-                 start_max_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        tokenize,
+        budget: int,
+        start: str = "<think>",
+        end: str = "</think>",
+        message: str = "",
+        start_in_prompt: bool = False,
+        start_max_tokens: int | None = None,
+    ) -> None:
         integer("reasoning_budget", budget, -1)
         if start_max_tokens is not None:
             integer("reasoning_start_max_tokens", start_max_tokens, 0)
@@ -37,11 +44,11 @@ class ReasoningBudget:
         self.forced_tokens = tokenize(message + end) if message else list(self.end)
         self.start_max_tokens = start_max_tokens
         self.state = State.COUNTING if start_in_prompt else State.IDLE
-        self.seen = None       # history length at the first call: the prompt
-        self.count = 0         # tokens inside the block
+        self.seen = None  # history length at the first call: the prompt
+        self.count = 0  # tokens inside the block
         self.forced = 0
 
-    def for_choice(self) -> "ReasoningBudget":
+    def for_choice(self) -> ReasoningBudget:
         """A fresh budget for one choice of a request: each of ``n`` choices thinks on its own."""
         return copy.copy(self)
 
@@ -50,15 +57,15 @@ class ReasoningBudget:
             self.seen = len(ids)
             return
         generated = len(ids) - self.seen
-        tail = ids[-max(len(self.start), len(self.end)):].tolist()
+        tail = ids[-max(len(self.start), len(self.end)) :].tolist()
         if self.state == State.IDLE:
-            if tail[-len(self.start):] == self.start:
+            if tail[-len(self.start) :] == self.start:
                 self.state, self.count = State.COUNTING, 0
             elif self.start_max_tokens is not None and generated >= self.start_max_tokens:
                 self.state = State.DONE  # no thinking block began in time
         elif self.state == State.COUNTING:
             self.count += 1
-            if tail[-len(self.end):] == self.end:
+            if tail[-len(self.end) :] == self.end:
                 self.state = State.DONE
         elif self.state == State.FORCING:
             self.forced += 1
@@ -77,8 +84,9 @@ class ReasoningBudget:
         return logits
 
 
-def split_reasoning(text: str, start: str = "<think>", end: str = "</think>",
-                    started: bool = False) -> tuple[str | None, str]:
+def split_reasoning(
+    text: str, start: str = "<think>", end: str = "</think>", started: bool = False
+) -> tuple[str | None, str]:
     """(reasoning, content). ``started``: the prompt already opened the block."""
     if not started:
         head, found, rest = text.partition(start)

@@ -14,7 +14,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
-MAX_RANGE = 100_000        # one range() or repetition: more is hostile, not chatty
+MAX_RANGE = 100_000  # one range() or repetition: more is hostile, not chatty
 MAX_ITERATIONS = 1_000_000  # all range() loops of one render together
 
 
@@ -51,8 +51,9 @@ def _jsonable(value):
 
 
 def _tojson(value, indent=None, separators=None, sort_keys=False, ensure_ascii=False):
-    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys,
-                      ensure_ascii=ensure_ascii, default=_jsonable)
+    return json.dumps(
+        value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii, default=_jsonable
+    )
 
 
 def _strftime_now(fmt: str) -> str:
@@ -93,8 +94,7 @@ def _bounded_range(*args):
 
 
 def _environment() -> jinja2.Environment:
-    env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
-                   extensions=["jinja2.ext.loopcontrols", _GenerationBlock])
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationBlock])
     env.filters["tojson"] = _tojson
     env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now, range=_bounded_range)
     return env
@@ -111,8 +111,7 @@ def _compile(source: str) -> jinja2.Template:
 
 
 class ChatTemplate:
-    def __init__(self, source: str, name: str = "chat_template",
-                 bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(self, source: str, name: str = "chat_template", bos_token: str = "", eos_token: str = "") -> None:
         self.source, self.name = source, name
         self.bos_token, self.eos_token = bos_token, eos_token
         self._compiled = None
@@ -125,14 +124,18 @@ class ChatTemplate:
                 raise TemplateError(f"template {self.name!r}, line {exc.lineno}: {exc.message}") from None
         return self._compiled
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
-               **extra) -> str:
+    def render(self, messages: list[dict], add_generation_prompt: bool = True, tools=None, **extra) -> str:
         template = self._template()
         _budget.left = MAX_ITERATIONS
         try:
             return template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt, tools=tools,
-                bos_token=self.bos_token, eos_token=self.eos_token, **extra)
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                tools=tools,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+                **extra,
+            )
         except (SecurityError, OverflowError) as exc:
             raise TemplateSecurityError(f"template {self.name!r} tried an unsafe operation: {exc}") from None
         except TemplateError:

@@ -22,9 +22,9 @@ MAX_PARALLEL_CALLS = 4
 
 @dataclasses.dataclass(frozen=True)
 class ToolPlan:
-    functions: dict[str, dict]      # name -> the function's declaration
-    mode: str                       # "none", "auto", "required" or "named"
-    forced: str | None = None       # the function a named tool_choice forces
+    functions: dict[str, dict]  # name -> the function's declaration
+    mode: str  # "none", "auto", "required" or "named"
+    forced: str | None = None  # the function a named tool_choice forces
 
 
 def plan(tools, tool_choice) -> ToolPlan:
@@ -56,8 +56,9 @@ def plan(tools, tool_choice) -> ToolPlan:
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name") if tool_choice.get("type") == "function" else None
         if name is None:
-            raise ValueError("tool_choice must be 'none', 'auto', 'required' or "
-                             "{'type': 'function', 'function': {'name': ...}}")
+            raise ValueError(
+                "tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}"
+            )
         if name not in functions:
             raise ValueError(f"tool_choice names unknown function {name!r} (tools: {sorted(functions)})")
         return ToolPlan(functions, "named", name)
@@ -73,7 +74,7 @@ def system_prompt(functions: dict[str, dict]) -> str:
     """For templates that know no tools: the Hermes-style instructions as a system message."""
     lines = ["You can call functions. They are described in JSON inside <tools></tools>:", "<tools>"]
     lines += [json.dumps(fn, ensure_ascii=False) for fn in functions.values()]
-    lines += ["</tools>", "To call one, reply with <tool_call>{\"name\": NAME, \"arguments\": {...}}</tool_call>."]
+    lines += ["</tools>", 'To call one, reply with <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.']
     return "\n".join(lines)
 
 
@@ -120,9 +121,17 @@ def forced_grammar(tool_plan: ToolPlan) -> str:
     """GBNF for one call of the forced function, or 1..MAX_PARALLEL_CALLS calls of any with
     "required"; the arguments follow each function's parameter schema."""
     names = [tool_plan.forced] if tool_plan.mode == "named" else list(tool_plan.functions)
-    schema = {"anyOf": [{"type": "object", "properties": {
-        "name": {"const": n}, "arguments": tool_plan.functions[n]["parameters"]},
-        "required": ["name", "arguments"], "additionalProperties": False} for n in names]}
+    schema = {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {"name": {"const": n}, "arguments": tool_plan.functions[n]["parameters"]},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for n in names
+        ]
+    }
     body = SchemaConverter(schema).grammar()
     body = body.replace("root ::= ", "call-json ::= ", 1)
     repeat = "" if tool_plan.mode == "named" else f'("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}'
@@ -150,35 +159,47 @@ def _as_call(obj, functions) -> dict | None:
         args = _json(args)
     if not isinstance(args, dict):
         return None
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
+    }
 
 
 def parse_tool_calls(text: str, functions: dict[str, dict]) -> tuple[str | None, list[dict]]:
     """(content left over, tool calls) from a reply; ``(text, [])`` when it holds no call."""
     found: list[dict] = []
     rest = text
-    if "<tool_call>" in text:                                         # Hermes, Qwen
+    if "<tool_call>" in text:  # Hermes, Qwen
         found = [c for c in (_as_call(_json(m), functions) for m in _HERMES.findall(text)) if c]
         rest = _HERMES.sub("", text)
-    elif "[TOOL_CALLS]" in text:                                       # Mistral
+    elif "[TOOL_CALLS]" in text:  # Mistral
         head, _, tail = text.partition("[TOOL_CALLS]")
         value = _json(tail.strip())
-        if value is None and "[ARGS]" in tail:                         # [TOOL_CALLS]name[ARGS]{...}
+        if value is None and "[ARGS]" in tail:  # [TOOL_CALLS]name[ARGS]{...}
             name, _, args = tail.partition("[ARGS]")
             value = [{"name": name.strip(), "arguments": _json(args.strip())}]
         items = value if isinstance(value, list) else [value]
         found = [c for c in (_as_call(v, functions) for v in items) if c]
         rest = head
-    elif "<function=" in text:                                         # functionary v3.1
-        found = [c for c in (_as_call({"name": n, "arguments": _json(a)}, functions)
-                             for n, a in _FUNCTIONARY.findall(text)) if c]
+    elif "<function=" in text:  # functionary v3.1
+        found = [
+            c
+            for c in (_as_call({"name": n, "arguments": _json(a)}, functions) for n, a in _FUNCTIONARY.findall(text))
+            if c
+        ]
         rest = _FUNCTIONARY.sub("", text)
-    elif text.lstrip().startswith(">>>"):                              # functionary v3
-        found = [c for c in (_as_call({"name": n, "arguments": _json(a.strip())}, functions)
-                             for n, a in _FUNCTIONARY_V3.findall(text)) if c]
+    elif text.lstrip().startswith(">>>"):  # functionary v3
+        found = [
+            c
+            for c in (
+                _as_call({"name": n, "arguments": _json(a.strip())}, functions)
+                for n, a in _FUNCTIONARY_V3.findall(text)
+            )
+            if c
+        ]
         rest = ""
-    else:                                                              # Llama 3: the reply is JSON
+    else:  # Llama 3: the reply is JSON
         body = text.replace("<|python_tag|>", "").strip()
         parts = [_json(p) for p in body.split(";")] if body.startswith("{") else []
         calls = [_as_call(p, functions) for p in parts]

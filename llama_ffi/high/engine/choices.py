@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+
 import numpy as np
 
 from llama_ffi import lib
@@ -57,12 +58,12 @@ class Choice:
     slot: object | None = None
     produced: int = 0
     finish_reason: str | None = None
-    output: int = NO_OUTPUT          # batch index of its logits after the step (-1: the last), or NO_OUTPUT
-    next_token: int = -1      # sampled, to be decoded at the next step
-    group: "Group | None" = None
+    output: int = NO_OUTPUT  # batch index of its logits after the step (-1: the last), or NO_OUTPUT
+    next_token: int = -1  # sampled, to be decoded at the next step
+    group: Group | None = None
     events: list[Event] = dataclasses.field(default_factory=list)  # kept for a non-streamed result
-    context_bound: bool = False      # its budget is what a sequence's cells allow, below max_tokens
-    drafting: object | None = None   # a speculating choice's engine.speculation.Drafting
+    context_bound: bool = False  # its budget is what a sequence's cells allow, below max_tokens
+    drafting: object | None = None  # a speculating choice's engine.speculation.Drafting
 
 
 @dataclasses.dataclass(eq=False)
@@ -72,9 +73,9 @@ class Group:
     prompt: list[int]
     choices: list[Choice]
     request: object = None
-    evaluated: int = 0        # prompt positions the leader's slot holds
-    cached: int = 0           # of them, those its slot (or the prompt cache) held at admission
-    live: int = 0             # choices not finished yet
+    evaluated: int = 0  # prompt positions the leader's slot holds
+    cached: int = 0  # of them, those its slot (or the prompt cache) held at admission
+    live: int = 0  # choices not finished yet
 
     def __post_init__(self) -> None:
         self.live = len(self.choices)
@@ -97,8 +98,7 @@ def kv_cells(prompt) -> int:
     return getattr(prompt, "n_cells", len(prompt))
 
 
-def build_groups(context, prompts: list, n: int, settings: GenerationSettings, slots: int,
-                 n_ctx: int) -> list[Group]:
+def build_groups(context, prompts: list, n: int, settings: GenerationSettings, slots: int, n_ctx: int) -> list[Group]:
     """The groups of a request: ``n`` choices per prompt, as many at once as slots and cells allow
     (the rest evaluate the prompt again in a later group). ``n_ctx``: cells one sequence can hold."""
     groups = []
@@ -114,17 +114,27 @@ def build_groups(context, prompts: list, n: int, settings: GenerationSettings, s
             params = dataclasses.replace(settings.sampling, seed=choice_seed(settings.sampling.seed, i))
             chain = SamplerChain(params, context.model.vocab_ptr, context.n_vocab, n_ctx, settings.grammar)
             chain.accept_prompt(prompt)
-            choices.append(Choice(i, prompt, chain, budget, StopMatcher(settings.stop),
-                                  fresh_processors(settings.logits_processor), history=list(prompt),
-                                  context_bound=context_bound))
+            choices.append(
+                Choice(
+                    i,
+                    prompt,
+                    chain,
+                    budget,
+                    StopMatcher(settings.stop),
+                    fresh_processors(settings.logits_processor),
+                    history=list(prompt),
+                    context_bound=context_bound,
+                )
+            )
         size = max(1, min(slots, (n_ctx - kv_cells(prompt)) // max(budget, 1)))
         for start in range(0, n, size):
-            groups.append(Group(prompt, choices[start:start + size]))
+            groups.append(Group(prompt, choices[start : start + size]))
     return groups
 
 
-def sample(c: Choice, ctx, ctx_ptr, vocab, piece, settings: GenerationSettings,
-           pristine: dict[int, np.ndarray]) -> Event | None:
+def sample(
+    c: Choice, ctx, ctx_ptr, vocab, piece, settings: GenerationSettings, pristine: dict[int, np.ndarray]
+) -> Event | None:
     """The per-token step: sample the choice's next token from its logits of this step, and set
     ``finish_reason`` when it is done. ``pristine``: rows as decoded, for siblings that read one
     row after another's processors changed it."""
@@ -155,8 +165,9 @@ def sample(c: Choice, ctx, ctx_ptr, vocab, piece, settings: GenerationSettings,
     return accept(c, token, vocab, piece, settings, logits, lp)
 
 
-def accept(c: Choice, token: int, vocab, piece, settings: GenerationSettings, logits=None,
-           lp: np.ndarray | None = None) -> Event | None:
+def accept(
+    c: Choice, token: int, vocab, piece, settings: GenerationSettings, logits=None, lp: np.ndarray | None = None
+) -> Event | None:
     """The choice takes ``token`` (sampled, or picked by a greedy run): its text, stop strings,
     budget and stopping criteria."""
     criteria = settings.stopping_criteria
@@ -184,16 +195,27 @@ def accept(c: Choice, token: int, vocab, piece, settings: GenerationSettings, lo
 def out_of_budget(c: Choice) -> None:
     c.finish_reason = "length"
     if c.context_bound:  # not what the caller asked for: the sequence has no cell left
-        logger.warning("choice %d ended with finish_reason 'length' at the end of its context: %d prompt cells "
-                       "and %d generated tokens fill the %d cells a sequence holds", c.index, kv_cells(c.prompt),
-                       c.produced, kv_cells(c.prompt) + c.budget)
+        logger.warning(
+            "choice %d ended with finish_reason 'length' at the end of its context: %d prompt cells "
+            "and %d generated tokens fill the %d cells a sequence holds",
+            c.index,
+            kv_cells(c.prompt),
+            c.produced,
+            kv_cells(c.prompt) + c.budget,
+        )
 
 
 def runs_greedily(c: Choice) -> bool:
     """Whether the choice can take a greedy run of several tokens (no per-token Python hooks)."""
     settings = c.group.request.settings
-    return (c.chain.greedy_bias is not None and not c.processors and not settings.stopping_criteria
-            and settings.logprobs is None and not settings.logits_all and c.budget - c.produced >= 2)
+    return (
+        c.chain.greedy_bias is not None
+        and not c.processors
+        and not settings.stopping_criteria
+        and settings.logprobs is None
+        and not settings.logits_all
+        and c.budget - c.produced >= 2
+    )
 
 
 def closing_events(c: Choice) -> list[Event]:

@@ -35,8 +35,8 @@ class Entry:
     def __init__(self, tokens: list[int], spans: list, selection_key: str, producer_key: str, data: bytes) -> None:
         self.tokens, self.spans, self.selection_key, self.data = tokens, spans, selection_key, data
         self.producer_key = producer_key  # what made it (model, KV types, build): see state.producer_of
-        self.size = len(data)           # bytes stored (on disk, once ``data`` is dropped)
-        self.path: Path | None = None   # a disk cache's file
+        self.size = len(data)  # bytes stored (on disk, once ``data`` is dropped)
+        self.path: Path | None = None  # a disk cache's file
 
     @property
     def key(self) -> str:
@@ -123,13 +123,15 @@ class LlamaCache:
         if len(slot.tokens) < MIN_TOKENS or slot.selection is None:
             return
         made_by, made_by_key = self.producer(context)
-        entry = Entry(list(slot.tokens), [tuple(s) for s in slot.media_spans], slot.selection.stable_key,
-                      made_by_key, b"")
+        entry = Entry(
+            list(slot.tokens), [tuple(s) for s in slot.media_spans], slot.selection.stable_key, made_by_key, b""
+        )
         if entry.key in self._entries:
             self._entries.move_to_end(entry.key)
             return
-        entry.data = state_format.encode(slot.tokens, slot.media_spans, slot.selection,
-                                         context.seq_state_bytes(slot.seq), made_by)
+        entry.data = state_format.encode(
+            slot.tokens, slot.media_spans, slot.selection, context.seq_state_bytes(slot.seq), made_by
+        )
         entry.size = len(entry.data)
         self.store(entry)
 
@@ -172,8 +174,12 @@ class LlamaDiskCache(LlamaCache):
             except OSError:
                 continue  # gone meanwhile (another process evicted it) or unreadable: not indexed
         if removed:
-            logger.warning("prompt cache %s: removed %d damaged or old-format file(s): %s", self.cache_dir,
-                           len(removed), ", ".join(sorted(removed)[:5]) + (" ..." if len(removed) > 5 else ""))
+            logger.warning(
+                "prompt cache %s: removed %d damaged or old-format file(s): %s",
+                self.cache_dir,
+                len(removed),
+                ", ".join(sorted(removed)[:5]) + (" ..." if len(removed) > 5 else ""),
+            )
         for _, entry in sorted(found, key=lambda item: item[0]):
             self._entries[entry.key] = entry
 
@@ -182,8 +188,13 @@ class LlamaDiskCache(LlamaCache):
         """When the file was written, and the entry it holds, from its header alone."""
         stat = path.stat()
         header = state_format.read_header(path)
-        entry = Entry([int(t) for t in header["tokens"]], [tuple(s) for s in header["media_spans"]],
-                      str(header["selection_key"]), producer_key(dict(header["producer"])), b"")
+        entry = Entry(
+            [int(t) for t in header["tokens"]],
+            [tuple(s) for s in header["media_spans"]],
+            str(header["selection_key"]),
+            producer_key(dict(header["producer"])),
+            b"",
+        )
         entry.size, entry.path = stat.st_size, path
         return stat.st_mtime, entry
 
@@ -201,8 +212,9 @@ class LlamaDiskCache(LlamaCache):
         try:
             state_format.write(path, entry.data)
         except OSError as error:  # a full disk, a file-size limit, a removed folder: not stored
-            logger.warning("prompt cache %s: could not store an entry of %d tokens (%s)", self.cache_dir,
-                           len(entry.tokens), error)
+            logger.warning(
+                "prompt cache %s: could not store an entry of %d tokens (%s)", self.cache_dir, len(entry.tokens), error
+            )
             return False
         entry.path, entry.data = path, b""  # on disk only
         return True

@@ -25,7 +25,7 @@ class Channel:
     def __init__(self, wake) -> None:
         self._items: collections.deque = collections.deque()
         self._cond = threading.Condition(threading.Lock())
-        self._wake = wake                       # tells the scheduler that the caller read
+        self._wake = wake  # tells the scheduler that the caller read
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     def __len__(self) -> int:
@@ -107,13 +107,13 @@ class Request:
         self.settings = settings
         self.streamed = streamed
         self.channel = Channel(wake)
-        self.in_asyncio = in_asyncio         # its caller cannot run steps (see Engine.submit)
+        self.in_asyncio = in_asyncio  # its caller cannot run steps (see Engine.submit)
         # Ctrl-C reaches a request through the C flag only where the main thread waits for it.
         self.interruptible = not in_asyncio and threading.current_thread() is threading.main_thread()
         self.cancelled = False
         self.cancel_reason = "the request was cancelled"
         self.finished = False
-        self.reaped = threading.Event()       # its choices have left their slots
+        self.reaped = threading.Event()  # its choices have left their slots
         self.live = sum(len(g.choices) for g in groups)
         for g in groups:
             g.request = self

@@ -21,8 +21,17 @@ from llama_ffi.high.text_output import logprobs_block
 class Call:
     """One completion call: its request and how its results are shaped."""
 
-    def __init__(self, llm, prompts: list, n: int, settings, echo_texts: Sequence[str], model_name: str,
-                 streamed: bool, in_asyncio: bool = False) -> None:
+    def __init__(
+        self,
+        llm,
+        prompts: list,
+        n: int,
+        settings,
+        echo_texts: Sequence[str],
+        model_name: str,
+        streamed: bool,
+        in_asyncio: bool = False,
+    ) -> None:
         ctx = llm.context
         self.engine = llm.engine
         self.tokenizer = llm.tokenizer
@@ -38,12 +47,21 @@ class Call:
         produced = sum(c.produced for c in self.choices)
         # A prompt counts once (as in prompt_tokens), through the group of its first choice.
         cached = sum(g.cached for g in self.request.groups if g.choices[0].index % self.n == 0)
-        return {"prompt_tokens": self.n_prompt, "completion_tokens": produced, "total_tokens": self.n_prompt + produced,
-                "prompt_tokens_details": {"cached_tokens": cached}}
+        return {
+            "prompt_tokens": self.n_prompt,
+            "completion_tokens": produced,
+            "total_tokens": self.n_prompt + produced,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
 
     def shell(self, items: list[dict], with_usage: bool) -> dict:
-        out = {"id": self.cid, "object": "text_completion", "created": self.created, "model": self.model_name,
-               "choices": items}
+        out = {
+            "id": self.cid,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model_name,
+            "choices": items,
+        }
         if with_usage:
             out["usage"] = self.usage()
         return out
@@ -55,8 +73,14 @@ class Call:
         items = []
         for c in self.choices:
             echo = self.echo_texts[c.index // self.n]
-            items.append(_choice(c.index, echo + "".join(e.text for e in c.events),
-                                 self._logprobs(c.events, len(echo)), c.finish_reason))
+            items.append(
+                _choice(
+                    c.index,
+                    echo + "".join(e.text for e in c.events),
+                    self._logprobs(c.events, len(echo)),
+                    c.finish_reason,
+                )
+            )
         return self.shell(items, True)
 
     def echo_chunks(self) -> Iterator[dict]:
@@ -179,4 +203,3 @@ def tokens(call: Call) -> Iterator[int]:
     for _, event in items(call):
         if event is not None and event.token >= 0:
             yield event.token
-

@@ -35,20 +35,28 @@ from llama_ffi import ffi, lib
 from llama_ffi._logging import logger
 from llama_ffi.high.adapters import Selection
 from llama_ffi.high.context import ClosedError, DecodeError, raise_for_decode_status
-from llama_ffi.high.engine.choices import (NO_OUTPUT, Choice, Group, accept, closing_events, kv_cells, runs_greedily,
-                                          sample)
+from llama_ffi.high.engine.choices import (
+    NO_OUTPUT,
+    Choice,
+    Group,
+    accept,
+    closing_events,
+    kv_cells,
+    runs_greedily,
+    sample,
+)
 from llama_ffi.high.engine.request import AHEAD, DONE, Request, RequestCancelled
 from llama_ffi.high.engine.slots import Slot, SlotTable
-from llama_ffi.high.engine.speculation import STEP_DRAFT_TOKENS, Speculation
-from llama_ffi.high.multimodal.prompt import MediaPrompt, evaluate as evaluate_media
-
+from llama_ffi.high.engine.speculation import DRAFTING_SEQUENCES, STEP_DRAFT_TOKENS, Speculation
+from llama_ffi.high.multimodal.prompt import MediaPrompt
+from llama_ffi.high.multimodal.prompt import evaluate as evaluate_media
 
 RUN = 8  # tokens per greedy run of a lone sequence: a request arriving meanwhile waits at most this
 
 
 @dataclasses.dataclass
 class Counters:
-    evaluated: int = 0        # tokens decoded so far (prefix reuse shows here)
+    evaluated: int = 0  # tokens decoded so far (prefix reuse shows here)
 
 
 @dataclasses.dataclass
@@ -75,14 +83,15 @@ def copy_of(selection: Selection) -> Selection:
 
 
 class Engine:
-    def __init__(self, context, batch, tokenizer, adapters, lock, counters: Counters,
-                 speculation: Speculation | None = None) -> None:
+    def __init__(
+        self, context, batch, tokenizer, adapters, lock, counters: Counters, speculation: Speculation | None = None
+    ) -> None:
         self.context = context
         self.speculation = speculation
         self.batch = batch
         self.piece = tokenizer.piece
         self.adapters = adapters
-        self.lock = lock            # steps and single-sequence work take turns
+        self.lock = lock  # steps and single-sequence work take turns
         self.counters = counters
         self.slots = SlotTable(context, context.n_seq_max)
         self.stats = EngineStats()
@@ -90,14 +99,14 @@ class Engine:
         self._waiting: collections.deque[Group] = collections.deque()
         self._evaluating: list[Group] = []
         self._generating: list[Choice] = []
-        self._thread: threading.Thread | None = None   # the engine's own driver (asyncio callers)
-        self._driver: threading.Thread | None = None   # whoever runs steps now
+        self._thread: threading.Thread | None = None  # the engine's own driver (asyncio callers)
+        self._driver: threading.Thread | None = None  # whoever runs steps now
         self._async_requests = 0
         self._closed = False
-        self._exclusive = 0         # single-sequence callers waiting for the context
-        self._stalled = False       # the next group waits for KV cells that running ones hold
+        self._exclusive = 0  # single-sequence callers waiting for the context
+        self._stalled = False  # the next group waits for KV cells that running ones hold
         self._last_key = None
-        self._run_out = ffi.new("llama_token[]", RUN)   # a greedy run's tokens
+        self._run_out = ffi.new("llama_token[]", RUN)  # a greedy run's tokens
         self._run_status = ffi.new("int32_t[1]")
 
     # ---- the callers' side -----------------------------------------------------------------------
@@ -371,8 +380,9 @@ class Engine:
         try:
             cache.restore(self.context, slot, entry, copy_of(selection))
         except (OSError, ValueError) as error:  # damaged, cut short, another context's: a miss
-            logger.warning("prompt cache: an entry of %d tokens could not be restored (%s); dropped",
-                           len(entry.tokens), error)
+            logger.warning(
+                "prompt cache: an entry of %d tokens could not be restored (%s); dropped", len(entry.tokens), error
+            )
             cache.discard(entry)
             self.slots.forget(slot)  # whatever part of the state llama.cpp took is not trusted
             return 0
@@ -387,7 +397,7 @@ class Engine:
 
         def decode_text(tokens, start):
             for i in range(0, len(tokens), batch.capacity):
-                part = tokens[i:i + batch.capacity]
+                part = tokens[i : i + batch.capacity]
                 ctx.decode(batch.fill(part, start + i, seq_id=slot.seq).c)
                 slot.tokens.extend(part)
                 self.counters.evaluated += len(part)
@@ -453,11 +463,13 @@ class Engine:
         batch.clear()
         b = batch.c
         drafted = 0
+        drafting = len(ready) <= DRAFTING_SEQUENCES  # see engine.speculation
         for k, c in enumerate(ready):
             c.output, pos, seq = b.n_tokens, len(c.slot.tokens), c.slot.seq
             batch.add(c.next_token, pos, (seq,), True)
             if c.drafting is not None:
                 room = min(STEP_DRAFT_TOKENS - drafted, batch.capacity - b.n_tokens - (len(ready) - k - 1))
+                room = room if drafting else 0
                 draft = self.speculation.propose(c, room)
                 c.drafting.base = pos
                 if draft and self.speculation.recurrent:  # a recurrent state cannot be cut: keep a copy
@@ -490,15 +502,23 @@ class Engine:
         self.counters.evaluated += n_tokens
         runs = []  # (slot, tokens, first position, first row, keep its rows' logits) of each sequence
         for c in ready:
-            runs.append((c.slot, [c.next_token] + (c.drafting.draft if c.drafting else []), len(c.slot.tokens),
-                         c.output, c.group.request.settings.logits_all))
+            runs.append(
+                (
+                    c.slot,
+                    [c.next_token] + (c.drafting.draft if c.drafting else []),
+                    len(c.slot.tokens),
+                    c.output,
+                    c.group.request.settings.logits_all,
+                )
+            )
         for group, start, take, first in parts:
-            runs.append((group.leader.slot, group.prompt[start:start + take], start, first,
-                         group.request.settings.logits_all))
+            runs.append(
+                (group.leader.slot, group.prompt[start : start + take], start, first, group.request.settings.logits_all)
+            )
         self._decoded(runs)
         for c in ready:
             self.slots.check(c.slot)
-        for group, start, take, first in parts:
+        for group, _, take, first in parts:
             group.evaluated += take
             self.stats.prompt_tokens += take
             if group.evaluated == len(group.prompt):
@@ -538,8 +558,14 @@ class Engine:
             settings = request.settings
             try:
                 if c.drafting is not None:
-                    drafted.append((c, self.speculation.walk(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine,
-                                                             self._deliver)))
+                    drafted.append(
+                        (
+                            c,
+                            self.speculation.walk(
+                                c, ctx, ctx_ptr, vocab, self.piece, settings, pristine, self._deliver
+                            ),
+                        )
+                    )
                 else:
                     self._deliver(c, sample(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine))
             except BaseException as error:  # a logits processor or stopping criterion of the caller's
@@ -570,9 +596,9 @@ class Engine:
             del slot.tokens[keep:]
             return
         # recurrent: back to the state before the step, then the kept tokens again
-        again = slot.tokens[d.base:keep]
+        again = slot.tokens[d.base : keep]
         self.context.set_seq_state_bytes(slot.seq, snapshot)
-        del slot.tokens[d.base:]
+        del slot.tokens[d.base :]
         self.context.decode(self.batch.fill(again, d.base, slot.seq).c)
         self.counters.evaluated += len(again)
         self._decoded([(slot, again, d.base, 0, False)])
@@ -605,13 +631,25 @@ class Engine:
             n = max(1, min(n, AHEAD - len(request.channel)))
         ids, biases, n_bias = c.chain.greedy_bias
         base = len(slot.tokens)
-        got = lib.llama_ffi_greedy_run(ctx.ptr, ctx.model.vocab_ptr, c.next_token, base, slot.seq, n,
-                                       self._run_out, self._run_status, ctx.n_vocab, ids, biases, n_bias)
+        got = lib.llama_ffi_greedy_run(
+            ctx.ptr,
+            ctx.model.vocab_ptr,
+            c.next_token,
+            base,
+            slot.seq,
+            n,
+            self._run_out,
+            self._run_status,
+            ctx.n_vocab,
+            ids,
+            biases,
+            n_bias,
+        )
         if ctx.remote is not None:
             ctx.remote.check()  # before the run's tokens count: they are garbage then
         if got:
             slot.tokens.append(c.next_token)
-            slot.tokens.extend(self._run_out[0:got - 1])
+            slot.tokens.extend(self._run_out[0 : got - 1])
             self.counters.evaluated += got
         if self._run_status[0] != 0:
             try:

@@ -29,7 +29,7 @@ class Slot:
     tokens: list[int] = dataclasses.field(default_factory=list)  # one entry per cached position
     media_spans: list[tuple[int, int, str]] = dataclasses.field(default_factory=list)  # (start, n, id)
     selection: object | None = None  # the adapters.Selection its cells were computed under
-    owner: object | None = None         # the choice generating in it, None when idle
+    owner: object | None = None  # the choice generating in it, None when idle
     last_used: int = 0
     prompt_cells: int = 0  # leading positions its last request's prompt filled (decoded as a prompt)
     scores: np.ndarray | None = None  # logits_all: row p holds the logits decoded at position p
@@ -41,7 +41,7 @@ class Slot:
             old = self.scores
             self.scores = np.zeros((max(end, 2 * (0 if old is None else len(old))), len(rows[0])), dtype=np.single)
             if old is not None:
-                self.scores[:len(old)] = old
+                self.scores[: len(old)] = old
         for k, row in enumerate(rows):
             self.scores[start + k] = row
 
@@ -73,7 +73,7 @@ class SlotTable:
         self.context = context
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.main = self.slots[0]  # the latest request's slot
-        self.cache = None          # a prompt_cache.LlamaCache that keeps what slots lose (set_cache)
+        self.cache = None  # a prompt_cache.LlamaCache that keeps what slots lose (set_cache)
         self._clock = itertools.count(1)
         # One pool of cells shared by every sequence (unified KV), or n_ctx_seq cells each.
         self.shared_cells = context.n_ctx_seq == context.n_ctx
@@ -102,8 +102,12 @@ class SlotTable:
         # among equal prefixes, the slot that loses the fewest cached positions, then the oldest
         slot = min((s for p, s in scored if p == best), key=lambda s: (len(s.tokens), s.last_used, s.seq))
         empty = next((s for s in candidates if not s.tokens), None)
-        if (self.can_fork and empty is not None and len(slot.tokens) - best > best
-                and self.context.holds_window(slot.seq, best)):
+        if (
+            self.can_fork
+            and empty is not None
+            and len(slot.tokens) - best > best
+            and self.context.holds_window(slot.seq, best)
+        ):
             lib.llama_memory_seq_cp(self.context.memory, slot.seq, empty.seq, 0, best)
             empty.tokens = slot.tokens[:best]
             empty.media_spans = [sp for sp in slot.media_spans if sp[0] + sp[1] <= best]
@@ -170,4 +174,3 @@ class SlotTable:
     def check(self, slot: Slot) -> None:
         """The debug check (``LLAMA_FFI_CHECK_CACHE=1``) of one slot's bookkeeping."""
         self.context.check_positions(slot.tokens, slot.seq)
-

@@ -20,6 +20,13 @@ from llama_ffi.high.speculative import DraftWindow, SpecConfig, SpeculativeStats
 # Drafts of several choices share one batch; on a CPU the cost of a batch grows with its tokens
 # (16 tokens ~9 single decodes on 2 cores), so a step carries at most this many drafted tokens.
 STEP_DRAFT_TOKENS = 48
+# A draft pays when a step is short of tokens: one sequence's step costs a whole decode for one
+# token, and drafted tokens ride along at a fraction of that. With more sequences generating, the
+# step is already a batch and every drafted token costs about what a plain one does, so a rejected
+# one is lost time: measured (SmolLM2 Q4_1, 2 cores, repetitive prompts, the library's defaults)
+# 1.5x plain with one caller, 0.94x with 4 and 0.99x with 8 when every sequence drafted. Steps
+# with more generating sequences than this decode them plainly.
+DRAFTING_SEQUENCES = 2
 
 
 @dataclasses.dataclass(eq=False)
@@ -30,8 +37,8 @@ class Drafting:
     window: DraftWindow
     stats: SpeculativeStats
     draft: list[int] = dataclasses.field(default_factory=list)  # in this step's batch after next_token
-    base: int = 0                     # position of the choice's next token in this step's batch
-    snapshot: bytes | None = None     # recurrent memory: its sequence's state before the step
+    base: int = 0  # position of the choice's next token in this step's batch
+    snapshot: bytes | None = None  # recurrent memory: its sequence's state before the step
     started: float = dataclasses.field(default_factory=time.perf_counter)
 
 
@@ -42,16 +49,18 @@ class Speculation:
         self.config = config
         self.drafters = drafters
         self.context = context
-        self.observe = drafters.observe   # MTP: the target's hidden states after every decode
+        self.observe = drafters.observe  # MTP: the target's hidden states after every decode
         self.recurrent = context.model.memory_is_recurrent
         self.max_draft = min(config.max_draft, context.n_batch - 1)
         self.last_stats: SpeculativeStats | None = None
 
     def start(self, c: Choice) -> None:
         """``c`` has its slot: it speculates from its next token on."""
-        c.drafting = Drafting(self.drafters.for_sequence(c.slot.seq),
-                              DraftWindow(self.max_draft, self.config.draft_n_min),
-                              SpeculativeStats(type=self.config.kind.name))
+        c.drafting = Drafting(
+            self.drafters.for_sequence(c.slot.seq),
+            DraftWindow(self.max_draft, self.config.draft_n_min),
+            SpeculativeStats(type=self.config.kind.name),
+        )
 
     def propose(self, c: Choice, room: int) -> list[int]:
         """The draft to verify after ``c.next_token`` in this step (at most ``room`` tokens; [] to

@@ -9,11 +9,13 @@ from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high.model import Model, check_gguf_file
 
+
 class MtmdContext:
     """Freed by ``close()`` (the Llama closes it before its model) or at garbage collection."""
 
-    def __init__(self, model: Model, mmproj_path: str | os.PathLike, n_threads: int | None,
-                 use_gpu: bool, handler=None) -> None:
+    def __init__(
+        self, model: Model, mmproj_path: str | os.PathLike, n_threads: int | None, use_gpu: bool, handler=None
+    ) -> None:
         self._ptr = ffi.NULL
         self.path = Path(mmproj_path)
         if not self.path.exists():
@@ -32,8 +34,10 @@ class MtmdContext:
         with capture_errors() as errors:
             ptr = lib.mtmd_init_from_file(os.fsencode(self.path), model.ptr, params)
         if ptr == ffi.NULL:
-            raise ValueError(f"llama.cpp could not load the multimodal projector {self.path} for this model: "
-                             f"{reason(errors, 'unknown error (see the llama_ffi logger)')}")
+            raise ValueError(
+                f"llama.cpp could not load the multimodal projector {self.path} for this model: "
+                f"{reason(errors, 'unknown error (see the llama_ffi logger)')}"
+            )
         self._ptr = ptr
         self.model = model
         self.marker = ffi.string(lib.mtmd_default_marker()).decode()

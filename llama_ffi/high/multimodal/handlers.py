@@ -29,12 +29,19 @@ class MTMDChatHandler:
     dynamic-resolution projectors (Qwen-VL); ``extra_template_arguments`` are variables for the
     template (a call's own ``extra_template_arguments`` win)."""
 
-    family = ""                        # the family's name, for messages
+    family = ""  # the family's name, for messages
     projectors: frozenset[str] = frozenset()  # projector types the family ships (empty: any)
 
-    def __init__(self, clip_model_path: str | os.PathLike | None = None, verbose: bool = False, *,
-                 mmproj_path: str | os.PathLike | None = None, image_min_tokens: int | None = None,
-                 image_max_tokens: int | None = None, extra_template_arguments: dict | None = None) -> None:
+    def __init__(
+        self,
+        clip_model_path: str | os.PathLike | None = None,
+        verbose: bool = False,
+        *,
+        mmproj_path: str | os.PathLike | None = None,
+        image_min_tokens: int | None = None,
+        image_max_tokens: int | None = None,
+        extra_template_arguments: dict | None = None,
+    ) -> None:
         path = clip_model_path if clip_model_path is not None else mmproj_path
         if path is None:
             raise TypeError(f"{type(self).__name__} needs clip_model_path (the mmproj GGUF)")
@@ -54,9 +61,11 @@ class MTMDChatHandler:
             return
         found = projector_types(self.mmproj_path)
         if found and not found & self.projectors:
-            raise ValueError(f"{type(self).__name__} is for {self.family} projectors ({', '.join(sorted(self.projectors))}); "
-                             f"{self.mmproj_path.name} is {', '.join(sorted(found))}: use MTMDChatHandler, or the "
-                             "handler of that family")
+            raise ValueError(
+                f"{type(self).__name__} is for {self.family} projectors ({', '.join(sorted(self.projectors))}); "
+                f"{self.mmproj_path.name} is {', '.join(sorted(found))}: use MTMDChatHandler, or the "
+                "handler of that family"
+            )
 
 
 class _ReasoningHandler(MTMDChatHandler):
@@ -64,8 +73,15 @@ class _ReasoningHandler(MTMDChatHandler):
     ``enable_thinking`` sets the template's ``enable_thinking``; unset, llama.cpp's default holds
     (thinking on, as llama-mtmd-cli and llama-server render)."""
 
-    def __init__(self, clip_model_path=None, verbose: bool = False, *, force_reasoning: bool | None = None,
-                 enable_thinking: bool | None = None, **options) -> None:
+    def __init__(
+        self,
+        clip_model_path=None,
+        verbose: bool = False,
+        *,
+        force_reasoning: bool | None = None,
+        enable_thinking: bool | None = None,
+        **options,
+    ) -> None:
         super().__init__(clip_model_path, verbose, **options)
         chosen = enable_thinking if enable_thinking is not None else force_reasoning
         if chosen is not None:
@@ -100,9 +116,19 @@ class Llava16ChatHandler(Llava15ChatHandler):
     pass
 
 
-HANDLERS = {cls.__name__: cls for cls in (MTMDChatHandler, Qwen25VLChatHandler, Qwen3VLChatHandler, Gemma3ChatHandler,
-                                          Gemma4ChatHandler, Qwen3ASRChatHandler, Llava15ChatHandler,
-                                          Llava16ChatHandler)}
+HANDLERS = {
+    cls.__name__: cls
+    for cls in (
+        MTMDChatHandler,
+        Qwen25VLChatHandler,
+        Qwen3VLChatHandler,
+        Gemma3ChatHandler,
+        Gemma4ChatHandler,
+        Qwen3ASRChatHandler,
+        Llava15ChatHandler,
+        Llava16ChatHandler,
+    )
+}
 
 
 def missing_handler(name: str) -> AttributeError:
@@ -110,7 +136,8 @@ def missing_handler(name: str) -> AttributeError:
     return AttributeError(
         f"llama-ffi has no {name}: use MTMDChatHandler(clip_model_path=...), which renders the model's own chat "
         f"template (media parts included) for any projector llama.cpp's mtmd loads; family handlers: "
-        f"{', '.join(sorted(HANDLERS))}")
+        f"{', '.join(sorted(HANDLERS))}"
+    )
 
 
 def unpack_handler(chat_handler, mmproj_path, template_arguments: dict | None):
@@ -119,6 +146,10 @@ def unpack_handler(chat_handler, mmproj_path, template_arguments: dict | None):
     conversation; ``template_arguments`` (``chat_handler_kwargs``) win over the handler's."""
     if isinstance(chat_handler, MTMDChatHandler):
         chat_handler.check_projector()
-        return (mmproj_path or chat_handler.mmproj_path, None, chat_handler,
-                {**chat_handler.template_arguments, **(template_arguments or {})})
+        return (
+            mmproj_path or chat_handler.mmproj_path,
+            None,
+            chat_handler,
+            {**chat_handler.template_arguments, **(template_arguments or {})},
+        )
     return mmproj_path, chat_handler, None, dict(template_arguments or {})

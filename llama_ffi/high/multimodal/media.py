@@ -18,12 +18,12 @@ from urllib.parse import unquote, urlparse
 
 AUDIO_FORMATS = ("wav", "mp3", "flac")
 MEDIA_TYPES = ("image_url", "input_audio")  # OpenAI's parts, carrying the data
-MEDIA_PART_TYPES = ("image", "audio")       # Hugging Face's, as templates take them (and Media.kind)
+MEDIA_PART_TYPES = ("image", "audio")  # Hugging Face's, as templates take them (and Media.kind)
 
 
 @dataclasses.dataclass(frozen=True)
 class Media:
-    kind: str   # "image" or "audio"
+    kind: str  # "image" or "audio"
     data: bytes
 
 
@@ -43,8 +43,10 @@ def _image_bytes(value, where: str) -> bytes:
         return _b64(payload, where)
     scheme = urlparse(value).scheme.lower()
     if scheme in ("http", "https"):
-        raise ValueError(f"{where}: {value[:60]!r} is a network URL; llama-ffi never fetches from the network: "
-                         "download it and pass its bytes, a data: URI or a local path")
+        raise ValueError(
+            f"{where}: {value[:60]!r} is a network URL; llama-ffi never fetches from the network: "
+            "download it and pass its bytes, a data: URI or a local path"
+        )
     path = Path(unquote(urlparse(value).path)) if scheme == "file" else Path(value)
     if not path.is_file():
         raise FileNotFoundError(f"{where}: image file not found: {path}")
@@ -72,8 +74,9 @@ def extract_media(messages) -> tuple[list, list[Media]]:
     out, media = [], []
     for i, m in enumerate(messages if isinstance(messages, (list, tuple)) else []):
         content = m.get("content") if isinstance(m, dict) else None
-        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in (*MEDIA_TYPES, *MEDIA_PART_TYPES)
-                                                    for p in content):
+        if not isinstance(content, list) or not any(
+            isinstance(p, dict) and p.get("type") in (*MEDIA_TYPES, *MEDIA_PART_TYPES) for p in content
+        ):
             out.append(m)
             continue
         parts = []
@@ -85,8 +88,11 @@ def extract_media(messages) -> tuple[list, list[Media]]:
             elif kind == "input_audio":
                 media.append(Media("audio", _audio_bytes(part.get("input_audio"), where)))
             elif kind in MEDIA_PART_TYPES:
-                raise ValueError(f"{where}: a bare {kind!r} part carries no data; send "
-                                 + ("image_url" if kind == "image" else "input_audio") + " parts")
+                raise ValueError(
+                    f"{where}: a bare {kind!r} part carries no data; send "
+                    + ("image_url" if kind == "image" else "input_audio")
+                    + " parts"
+                )
             else:
                 parts.append(part)
                 continue

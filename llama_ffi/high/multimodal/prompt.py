@@ -33,8 +33,9 @@ class Piece:
 
     @property
     def end(self) -> int:
-        return self.start + (len(self.tokens) if self.tokens is not None else
-                             lib.mtmd_input_chunk_get_n_pos(self.chunk))
+        return self.start + (
+            len(self.tokens) if self.tokens is not None else lib.mtmd_input_chunk_get_n_pos(self.chunk)
+        )
 
 
 class MediaPrompt:
@@ -48,15 +49,19 @@ class MediaPrompt:
         try:
             data = text.encode()
             buf = ffi.new("char[]", data)
-            text_in = ffi.new("mtmd_input_text *", {"text": buf, "text_len": len(data),
-                                                    "add_special": add_special, "parse_special": True})
+            text_in = ffi.new(
+                "mtmd_input_text *",
+                {"text": buf, "text_len": len(data), "add_special": add_special, "parse_special": True},
+            )
             chunks = lib.mtmd_input_chunks_init()
             arr = ffi.new("mtmd_bitmap *[]", bitmaps or [ffi.NULL])
             with capture_errors() as errors:
                 rc = lib.mtmd_tokenize(mtmd.ptr, chunks, text_in, arr, len(bitmaps))
             if rc != 0:
                 lib.mtmd_input_chunks_free(chunks)
-                raise ValueError(f"mtmd could not tokenize the prompt (code {rc}): {reason(errors, 'see the llama_ffi logger')}")
+                raise ValueError(
+                    f"mtmd could not tokenize the prompt (code {rc}): {reason(errors, 'see the llama_ffi logger')}"
+                )
             self._chunks = chunks
         finally:
             for b in bitmaps:
@@ -86,8 +91,8 @@ class MediaPrompt:
         if self.n_cells > n_ctx:
             raise ContextLengthError(
                 f"the prompt fills {len(self)} positions but needs {self.n_cells} KV cells (its media take more "
-                f"cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})")
-
+                f"cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})"
+            )
 
     def __len__(self) -> int:
         return len(self.cells)
@@ -116,11 +121,14 @@ def _bitmap(mtmd: MtmdContext, item: Media, index: int):
     check_kind(mtmd, item, index)
     data = ffi.from_buffer(item.data)
     with capture_errors():
-        wrapped = lib.mtmd_helper_bitmap_init_from_buf(mtmd.ptr, data, len(item.data), False,
-                                                       lib.mtmd_helper_init_opt_default())
+        wrapped = lib.mtmd_helper_bitmap_init_from_buf(
+            mtmd.ptr, data, len(item.data), False, lib.mtmd_helper_init_opt_default()
+        )
     if wrapped.bitmap == ffi.NULL:
-        raise ValueError(f"media item {index} ({item.kind}, {len(item.data)} bytes) could not be decoded: "
-                         "corrupt, or not a format mtmd reads (images: JPEG, PNG, BMP, GIF...; audio: WAV, MP3, FLAC)")
+        raise ValueError(
+            f"media item {index} ({item.kind}, {len(item.data)} bytes) could not be decoded: "
+            "corrupt, or not a format mtmd reads (images: JPEG, PNG, BMP, GIF...; audio: WAV, MP3, FLAC)"
+        )
     # the content's hash names the chunk: the same image in a later turn is the same chunk
     lib.mtmd_bitmap_set_id(wrapped.bitmap, hashlib.sha256(item.data).hexdigest().encode())
     return wrapped.bitmap
@@ -140,19 +148,21 @@ def evaluate(ctx, slot, prompt: MediaPrompt, decode_text, counters) -> None:
         if piece.end <= keep:
             continue
         if piece.tokens is not None:
-            decode_text(piece.tokens[max(keep - piece.start, 0):], max(keep, piece.start))
+            decode_text(piece.tokens[max(keep - piece.start, 0) :], max(keep, piece.start))
             continue
         n_past = ffi.new("llama_pos *")
         with capture_errors() as errors:
-            rc = lib.mtmd_helper_eval_chunk_single(mtmd.ptr, ctx.ptr, piece.chunk, piece.start, slot.seq,
-                                                   ctx.n_batch, i == last, n_past)
+            rc = lib.mtmd_helper_eval_chunk_single(
+                mtmd.ptr, ctx.ptr, piece.chunk, piece.start, slot.seq, ctx.n_batch, i == last, n_past
+            )
         if rc != 0:
             lib.llama_memory_seq_rm(ctx.memory, slot.seq, -1, -1)
             slot.tokens, slot.media_spans = [], []
-            raise RuntimeError(f"mtmd could not evaluate media chunk {i} (code {rc}): "
-                               f"{reason(errors, 'see the llama_ffi logger')}")
+            raise RuntimeError(
+                f"mtmd could not evaluate media chunk {i} (code {rc}): {reason(errors, 'see the llama_ffi logger')}"
+            )
         mtmd.media_encoded += 1
-        slot.tokens += prompt.cells[piece.start:piece.end]
+        slot.tokens += prompt.cells[piece.start : piece.end]
         counters.evaluated += piece.end - piece.start
         slot.media_spans.append((piece.start, piece.end - piece.start, piece.media_id))
 
@@ -167,15 +177,18 @@ def cached_prefix(cached: list[int], media_spans, prompt: MediaPrompt, prompt_ce
     for piece in prompt.pieces:
         if piece.tokens is not None:
             same = 0
-            for a, b in zip(cached[piece.start:], piece.tokens):
+            for a, b in zip(cached[piece.start :], piece.tokens):
                 if a != b:
                     break
                 same += 1
             keep = piece.start + same
             if same < len(piece.tokens):
                 break
-        elif (media_at.get(piece.start) == (piece.end - piece.start, piece.media_id) and len(cached) >= piece.end
-              and all(t == MEDIA_POSITION for t in cached[piece.start:piece.end])):
+        elif (
+            media_at.get(piece.start) == (piece.end - piece.start, piece.media_id)
+            and len(cached) >= piece.end
+            and all(t == MEDIA_POSITION for t in cached[piece.start : piece.end])
+        ):
             keep = piece.end
         else:
             break

@@ -22,9 +22,14 @@ def draft_context_params(target_context) -> ContextParams:
     """A drafter's context mirrors the target's size, sequences and thread counts (llama.cpp's
     default thread count may exceed the cores the target was given)."""
     ptr = target_context.ptr
-    return ContextParams(n_ctx=target_context.n_ctx, n_batch=target_context.n_batch,
-                         n_seq_max=target_context.n_seq_max, kv_unified=True,
-                         n_threads=lib.llama_n_threads(ptr), n_threads_batch=lib.llama_n_threads_batch(ptr))
+    return ContextParams(
+        n_ctx=target_context.n_ctx,
+        n_batch=target_context.n_batch,
+        n_seq_max=target_context.n_seq_max,
+        kv_unified=True,
+        n_threads=lib.llama_n_threads(ptr),
+        n_threads_batch=lib.llama_n_threads_batch(ptr),
+    )
 
 
 class NgramDrafters:
@@ -57,9 +62,20 @@ def create_drafter(config: SpecConfig, target, target_context):
     if kind in (SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
         return NgramDrafters(config)
     if kind == SpeculativeType.DRAFT:
-        return load_draft_model(target, config.draft_model_path, config.draft_n_gpu_layers,
-                                draft_context_params(target_context), config.draft_p_min)
+        return load_draft_model(
+            target,
+            config.draft_model_path,
+            config.draft_n_gpu_layers,
+            draft_context_params(target_context),
+            config.draft_p_min,
+        )
     if kind == SpeculativeType.DRAFT_MTP:
-        return load_mtp_drafter(target, target_context, config.draft_model_path, config.draft_n_gpu_layers,
-                                draft_context_params(target_context), config.draft_p_min)
+        return load_mtp_drafter(
+            target,
+            target_context,
+            config.draft_model_path,
+            config.draft_n_gpu_layers,
+            draft_context_params(target_context),
+            config.draft_p_min,
+        )
     raise NotImplementedError(f"speculative type {kind.name} has no engine in llama-ffi")

@@ -17,20 +17,20 @@ from llama_ffi.high._checks import integer, number
 
 class SpeculativeType(enum.Enum):
     NONE = "none"
-    DRAFT = "draft"                    # a separate small draft model (llama.cpp: DRAFT_SIMPLE)
-    DRAFT_SIMPLE = "draft"             # the same: llama.cpp's and the JamePeng fork's name
+    DRAFT = "draft"  # a separate small draft model (llama.cpp: DRAFT_SIMPLE)
+    DRAFT_SIMPLE = "draft"  # the same: llama.cpp's and the JamePeng fork's name
     DRAFT_EAGLE3 = "draft-eagle3"
-    DRAFT_MTP = "draft-mtp"            # the target's own NextN / multi-token-prediction layers
+    DRAFT_MTP = "draft-mtp"  # the target's own NextN / multi-token-prediction layers
     DRAFT_DFLASH = "draft-dflash"
     DRAFT_DSPARK = "draft-dspark"
     NGRAM_SIMPLE = "ngram-simple"
-    NGRAM_MAP_K = "ngram-map-k"        # n-gram keys; drafts the m tokens that followed the key
-    NGRAM_MAP_K4V = "ngram-map-k4v"    # n-gram keys with up to 4 counted m-gram values
+    NGRAM_MAP_K = "ngram-map-k"  # n-gram keys; drafts the m tokens that followed the key
+    NGRAM_MAP_K4V = "ngram-map-k4v"  # n-gram keys with up to 4 counted m-gram values
     NGRAM_MOD = "ngram-mod"
     NGRAM_CACHE = "ngram-cache"
 
     @classmethod
-    def from_str(cls, text: str) -> "SpeculativeType":
+    def from_str(cls, text: str) -> SpeculativeType:
         """A type from its name or llama.cpp's flag spelling ("ngram-map-k", "DRAFT_MTP", ...)."""
         key = text.strip().lower().replace("_", "-")
         key = {"draft-simple": "draft"}.get(key, key)
@@ -40,8 +40,15 @@ class SpeculativeType(enum.Enum):
         raise ValueError(f"unknown speculative type {text!r} (one of {', '.join(m.value for m in cls)})")
 
 
-IMPLEMENTED = frozenset({SpeculativeType.NONE, SpeculativeType.DRAFT, SpeculativeType.DRAFT_MTP,
-                         SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V})
+IMPLEMENTED = frozenset(
+    {
+        SpeculativeType.NONE,
+        SpeculativeType.DRAFT,
+        SpeculativeType.DRAFT_MTP,
+        SpeculativeType.NGRAM_MAP_K,
+        SpeculativeType.NGRAM_MAP_K4V,
+    }
+)
 NGRAM_TYPES = frozenset({SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V})
 
 
@@ -52,16 +59,16 @@ class SpecConfig:
     type: SpeculativeType | str = SpeculativeType.NGRAM_MAP_K
     spec_type: SpeculativeType | str | None = None  # the JamePeng fork's name for ``type``
     # n-gram map engines (llama.cpp's common_params_speculative_ngram_map defaults)
-    ngram_size_n: int = 12               # key length: the last n tokens are looked up
-    ngram_size_m: int = 48               # value length: at most m tokens are drafted
-    ngram_min_hits: int = 1              # earlier occurrences of the key needed to draft
-    ngram_max_entries_per_key: int = 4   # distinct values counted per key (k4v)
+    ngram_size_n: int = 12  # key length: the last n tokens are looked up
+    ngram_size_m: int = 48  # value length: at most m tokens are drafted
+    ngram_min_hits: int = 1  # earlier occurrences of the key needed to draft
+    ngram_max_entries_per_key: int = 4  # distinct values counted per key (k4v)
     # draft-model engines (common_params_speculative_draft defaults)
     draft_model_path: str | os.PathLike | None = None  # DRAFT: the draft GGUF; DRAFT_MTP: optional MTP file
     draft_n_max: int = 3
-    draft_p_min: float = 0.0             # stop drafting when the draft's top probability is below
+    draft_p_min: float = 0.0  # stop drafting when the draft's top probability is below
     draft_n_gpu_layers: int | None = None
-    draft_n_min: int | None = None       # the shortest draft worth verifying (None: our CPU default, 3)
+    draft_n_min: int | None = None  # the shortest draft worth verifying (None: our CPU default, 3)
     # the fork's: sample drafts in llama.cpp's backend. Drafts here are always a CPU argmax; the
     # output is the same either way, so True and False are both accepted.
     draft_backend_sampling: bool = False
@@ -87,8 +94,10 @@ class SpecConfig:
             names = ", ".join(t.name for t in SpeculativeType)
             raise ValueError(f"unknown speculative type {self.type!r} (one of {names})") from None
         if kind not in IMPLEMENTED:
-            raise NotImplementedError(f"speculative type {kind.name} has no engine in llama-ffi "
-                                      f"(implemented: NGRAM_MAP_K, NGRAM_MAP_K4V, DRAFT, DRAFT_MTP)")
+            raise NotImplementedError(
+                f"speculative type {kind.name} has no engine in llama-ffi "
+                f"(implemented: NGRAM_MAP_K, NGRAM_MAP_K4V, DRAFT, DRAFT_MTP)"
+            )
         integer("ngram_size_n", self.ngram_size_n, 1, 1024)
         integer("ngram_size_m", self.ngram_size_m, 1, 1024)
         integer("ngram_min_hits", self.ngram_min_hits, 1)
@@ -102,8 +111,10 @@ class SpecConfig:
         # The verification batch is [last, draft...]: the draft must leave room for one token.
         name = "ngram_size_m" if kind in NGRAM_TYPES else "draft_n_max"
         if kind != SpeculativeType.NONE and self.max_draft >= n_batch:
-            raise ValueError(f"{name} ({self.max_draft}) must be below n_batch ({n_batch}): the "
-                             f"verification batch holds the last token and the draft")
+            raise ValueError(
+                f"{name} ({self.max_draft}) must be below n_batch ({n_batch}): the "
+                f"verification batch holds the last token and the draft"
+            )
         if kind == SpeculativeType.DRAFT and self.draft_model_path is None:
             raise ValueError("speculative type DRAFT needs draft_model_path (a GGUF with the same vocabulary)")
         if self.draft_model_path is not None and kind in (SpeculativeType.DRAFT, SpeculativeType.DRAFT_MTP):

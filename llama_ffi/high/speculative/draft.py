@@ -89,7 +89,7 @@ class ModelDrafter:
         new = history[keep:]
         step = self.batch.capacity
         for i in range(0, len(new), step):
-            part = new[i:i + step]
+            part = new[i : i + step]
             self.context.decode(self.batch.fill(part, keep + i, seq).c)
             tokens.extend(part)
 
@@ -131,8 +131,9 @@ class ModelDrafter:
             self.model.close()
 
 
-def load_draft_model(target: Model, path, n_gpu_layers: int | None, params: ContextParams,
-                     p_min: float) -> ModelDrafter:
+def load_draft_model(
+    target: Model, path, n_gpu_layers: int | None, params: ContextParams, p_min: float
+) -> ModelDrafter:
     """The DRAFT engine: loads ``path`` and checks its vocabulary against the target's."""
     model = Model(path, ModelParams(n_gpu_layers=n_gpu_layers, progress=False))
     why = vocab_mismatch(target, model)

@@ -39,14 +39,15 @@ def _common(a: list[int], b: list[int]) -> int:
 class _Sequence:
     """One target sequence as the MTP block sees it."""
 
-    hidden: np.ndarray          # row p+1: the target's hidden state at p (row 0: zeros)
+    hidden: np.ndarray  # row p+1: the target's hidden state at p (row 0: zeros)
     seen: list[int] = dataclasses.field(default_factory=list)  # tokens whose hidden states the rows hold
-    fed: list[int] = dataclasses.field(default_factory=list)   # tokens whose pairs the MTP cache holds
+    fed: list[int] = dataclasses.field(default_factory=list)  # tokens whose pairs the MTP cache holds
 
 
 class MtpDrafter:
-    def __init__(self, target_context: Context, mtp_model: Model, own_model: bool, params: ContextParams,
-                 p_min: float) -> None:
+    def __init__(
+        self, target_context: Context, mtp_model: Model, own_model: bool, params: ContextParams, p_min: float
+    ) -> None:
         self.target = target_context
         self.model = mtp_model
         self._own_model = own_model
@@ -57,8 +58,9 @@ class MtpDrafter:
         try:
             target_embd = lib.llama_model_n_embd_out(target_context.model.ptr)
             if self.n_embd != target_embd:
-                raise ValueError(f"the MTP block takes hidden states of width {self.n_embd}, the target "
-                                 f"model makes {target_embd}")
+                raise ValueError(
+                    f"the MTP block takes hidden states of width {self.n_embd}, the target model makes {target_embd}"
+                )
             self.context = Context(mtp_model, dataclasses.replace(params, mtp=True))
             self._batch = lib.llama_batch_ext_init(self.context.ptr)
         except BaseException:
@@ -101,9 +103,9 @@ class MtpDrafter:
             s, n = self._sequence(seq), len(tokens)
             if start + n + 1 > len(s.hidden):
                 grown = np.zeros((max(2 * len(s.hidden), start + n + 1), self.n_embd), dtype=np.float32)
-                grown[:len(s.hidden)] = s.hidden
+                grown[: len(s.hidden)] = s.hidden
                 s.hidden = grown
-            s.hidden[start + 1:start + 1 + n] = rows[row:row + n]
+            s.hidden[start + 1 : start + 1 + n] = rows[row : row + n]
             del s.seen[start:]
             s.seen.extend(tokens)
 
@@ -199,14 +201,17 @@ class MtpDrafter:
             self.close()
 
 
-def load_mtp_drafter(target: Model, target_context: Context, path, n_gpu_layers: int | None,
-                     params: ContextParams, p_min: float) -> MtpDrafter:
+def load_mtp_drafter(
+    target: Model, target_context: Context, path, n_gpu_layers: int | None, params: ContextParams, p_min: float
+) -> MtpDrafter:
     """The DRAFT_MTP engine over the target's built-in NextN block, or over the MTP GGUF ``path``
     (which must share the target's vocabulary and hidden width)."""
     if path is None:
         if nextn_layers(target) <= 0:
-            raise ValueError("speculative type DRAFT_MTP needs a model with NextN/MTP layers; this one has "
-                             "none (llama_model_n_layer_nextn = 0) and no draft_model_path MTP file was given")
+            raise ValueError(
+                "speculative type DRAFT_MTP needs a model with NextN/MTP layers; this one has "
+                "none (llama_model_n_layer_nextn = 0) and no draft_model_path MTP file was given"
+            )
         return MtpDrafter(target_context, target, False, params, p_min)
     model = Model(path, ModelParams(n_gpu_layers=n_gpu_layers, progress=False, load_mtp=True))
     try:

@@ -36,7 +36,7 @@ class NgramIndex:
         n, positions = self.n, self.positions
         self.history = list(history)
         for start in range(max(done - n + 1, 0), len(history) - n + 1):
-            positions.setdefault(tuple(history[start:start + n]), []).append(start)
+            positions.setdefault(tuple(history[start : start + n]), []).append(start)
 
     def earlier(self, key: tuple[int, ...]) -> list[int]:
         """Start positions of ``key`` before its occurrence at the end of the history."""
@@ -63,7 +63,7 @@ class _NgramDrafter:
         self.index.extend_to(history)
         if len(history) <= self.size_n or n_max <= 0:
             return []
-        key = tuple(history[-self.size_n:])
+        key = tuple(history[-self.size_n :])
         earlier = self.index.earlier(key)
         if len(earlier) < self.min_hits:
             return []
@@ -79,7 +79,7 @@ class _NgramDrafter:
         raise NotImplementedError
 
     def continuation(self, history: list[int], start: int, length: int) -> list[int]:
-        return history[start:start + length]
+        return history[start : start + length]
 
     def accept(self, n_accepted: int) -> None:
         """Feedback: ``n_accepted`` of the last draft were verified. A fully accepted key may
@@ -101,7 +101,7 @@ class NgramMapK(_NgramDrafter):
         return earlier[-1]
 
     def continuation(self, history: list[int], start: int, length: int) -> list[int]:
-        source = history[start:start + length]  # shorter when it reaches the present: one period
+        source = history[start : start + length]  # shorter when it reaches the present: one period
         repeats = -(-length // len(source))
         return (source * repeats)[:length]
 
@@ -120,14 +120,14 @@ class NgramMapK4V(_NgramDrafter):
         for start in reversed(earlier):  # most recent first: they claim the value slots
             if start + n + m > len(history):
                 continue  # its value is not complete yet: it cannot be compared
-            value = tuple(history[start + n:start + n + m])
+            value = tuple(history[start + n : start + n + m])
             if value not in counts and len(counts) >= self.max_values:
                 continue
             counts[value] += 1
             latest.setdefault(value, start)
         if not counts:
             return None
-        (best, top), = counts.most_common(1)
+        ((best, top),) = counts.most_common(1)
         others = sum(counts.values()) - top
         if others and top < 2 * others:
             return None  # no value dominates: a draft would likely be rejected

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 INITIAL_WINDOW = 16
 MIN_WINDOW = 4
-MIN_DRAFT = 3   # shorter drafts are decoded plainly
+MIN_DRAFT = 3  # shorter drafts are decoded plainly
 # A draft with nothing accepted cost a verification for one token: the next drafts wait 1, 2, 4,
 # ... tokens (up to MAX_PAUSE) until one is accepted again, so a drafter that keeps missing (a
 # poor draft model, text unlike the history) costs little.
@@ -25,8 +25,8 @@ class DraftWindow:
         self.max_draft = max_draft
         self.window = min(max_draft, INITIAL_WINDOW)
         self.min_draft = min(max_draft, MIN_DRAFT if n_min is None else max(n_min, 1))
-        self.pause = 0      # after consecutive misses: tokens to decode without drafting
-        self.wait = 0       # tokens left in the current pause
+        self.pause = 0  # after consecutive misses: tokens to decode without drafting
+        self.wait = 0  # tokens left in the current pause
 
     def length(self, room: int) -> int:
         """The longest draft worth asking for now (0: decode this token plainly), at most ``room``."""
