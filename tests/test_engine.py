@@ -281,8 +281,9 @@ def test_speculating_threads_share_steps_and_each_gets_its_own_answer(kind, smol
         if kind == "ngram"
         else SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4)
     )
-    # two callers: steps draft while at most engine.speculation.DRAFTING_SEQUENCES sequences generate
-    prompts = [f"Count from {i} to {i + 30}, separated by commas: {i}, {i + 1}, {i + 2}," for i in range(2)]
+    # two callers (steps draft while at most engine.speculation.DRAFTING_SEQUENCES sequences
+    # generate), each continuing a pattern that its history repeats: both draft nearly every step
+    prompts = [" ".join(["red green blue yellow"] * 6), " ".join(["one two three four five"] * 5)]
     with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False, speculative=spec) as llm:
         seen = []
 

@@ -355,3 +355,17 @@ def test_speculation_after_load_state(plain, engines, name):
     assert_same_or_near_tie(plain, llm.tokenize(REPETITIVE), got, 64)
     assert llm.last_speculative_stats.accepted_tokens > 0
     assert _cache_consistent(llm)
+
+
+def test_a_draft_model_whose_cells_fill_up_keeps_drafting(smollm2_path, plain):
+    """The draft context keeps every slot's history, also of idle slots whose target cells were
+    evicted: when its cells are full it starts over rather than stop drafting for good."""
+    spec = SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4)
+    with Llama(smollm2_path, n_ctx=256, n_threads=2, progress=False, speculative=spec) as llm:
+        drafted = []
+        for i in range(6):  # six slots' histories of ~90 cells each: over the 256 cells
+            prompt = f"Item {i}: " + ", ".join(f"{i}{k}" for k in range(24)) + ","
+            got = llm(prompt, max_tokens=40, temperature=0)["choices"][0]["text"]
+            assert_same_or_near_tie(plain, prompt, got, 40)
+            drafted.append(llm.last_speculative_stats.drafted_tokens)
+        assert all(d > 0 for d in drafted), drafted

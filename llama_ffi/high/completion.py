@@ -105,6 +105,7 @@ def prepare(
     sampling: dict | None = None,
 ) -> Prepared:
     """Check everything before any decoding (a stream fails here, not at its first chunk)."""
+    context = llm.context  # a clear error for a closed or vocab_only Llama, before anything else
     sampling = dict(sampling or {})
     compat_options(sampling)
     if suffix is not None:  # fill in the middle: the prompt is the prefix
@@ -113,8 +114,8 @@ def prepare(
             llm._model.vocab_ptr,
             prompt,
             suffix,
-            llm.context.n_batch,
-            llm.context.n_ctx_seq,
+            context.n_batch,
+            context.n_ctx_seq,
             llm.spm_infill,
         )
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
@@ -129,7 +130,7 @@ def prepare(
     for tokens, _ in pairs:
         llm.main_sequence.check_fits(tokens)
         if hasattr(tokens, "check_cells"):  # a prompt with media
-            tokens.check_cells(llm.context.n_ctx_seq)
+            tokens.check_cells(context.n_ctx_seq)
     settings = GenerationSettings(
         max_tokens=max_tokens,
         stop=normalize_stop(stop),

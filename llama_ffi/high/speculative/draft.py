@@ -103,9 +103,9 @@ class ModelDrafter:
             return []
         try:
             self._sync(seq, history)
-        except DecodeError:  # the draft cells are full (every slot's history): no draft this time
-            self.context.seq_rm(seq, -1, -1)
-            self.tokens[seq] = []
+        except DecodeError:  # the draft cells are full (idle slots' histories too): start over, no draft now
+            self.context.clear()
+            self.tokens = {}
             return []
         tokens = self.tokens[seq]
         vocab = self.model.vocab_ptr

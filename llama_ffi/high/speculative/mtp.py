@@ -150,8 +150,10 @@ class MtpDrafter:
                     break
                 row = lib.llama_ffi_get_embeddings_nextn_ith(self.context.ptr, -1)
                 h = np.frombuffer(ffi.buffer(row, 4 * self.n_embd), dtype=np.float32).copy()
-        except DecodeError:  # the MTP cells are full: no draft this time, start this sequence over
-            self._cut(seq, s, 0)
+        except DecodeError:  # the MTP cells are full (idle slots' pairs too): start over, no draft now
+            self.context.clear()
+            for other in self.sequences.values():
+                other.fed = []
             return []
         finally:
             self._cut(seq, s, last)  # the drafted entries; verification brings the real ones
