@@ -340,10 +340,10 @@ t = threading.Thread(target=writer)
 t.start()
 for _ in range(40):
     try:
-        LlamaGrammar.from_string('root ::= "a" | ').check(llm._model)
+        LlamaGrammar.from_string('root ::= "a" | ').check(llm.loaded_model)
     except ValueError:
         pass
-    LlamaGrammar.from_string('root ::= "yes" | "no"').check(llm._model)
+    LlamaGrammar.from_string('root ::= "yes" | "no"').check(llm.loaded_model)
 stop.set()
 t.join()
 """

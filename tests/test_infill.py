@@ -119,7 +119,7 @@ def test_infill_equals_llama_server(llama_server, smollm2_path, spm):
     with Llama(
         smollm2_path, kv_overrides=FIM, n_ctx=N_CTX, n_batch=N_BATCH, n_threads=2, spm_infill=spm, progress=False
     ) as llm:
-        vocab = llm._model.vocab_ptr  # the server's ignore_eos: every end-of-generation token barred
+        vocab = llm.loaded_model.vocab_ptr  # the server's ignore_eos: every end-of-generation token barred
         never_end = {t: float("-inf") for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(vocab, t)}
         outs = []
         for prefix, suffix in CASES:  # each evaluated afresh, as the server's (cache_prompt off)

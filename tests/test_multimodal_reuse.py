@@ -86,7 +86,7 @@ class Answer:
 
 
 def ask(llm: Llama, files, kinds) -> Answer:
-    vocab = llm._model.vocab_ptr
+    vocab = llm.loaded_model.vocab_ptr
     never_end = np.array([t for t in range(llm.n_vocab) if lib.llama_vocab_is_eog(vocab, t)])
     margins = []
 
@@ -118,7 +118,7 @@ def agrees(got: Answer, want: Answer) -> bool:
 def control_texts(llm: Llama) -> list[str]:
     """How the model's control tokens read when printed (llama-mtmd-cli prints them; a chat
     completion's content leaves them out)."""
-    vocab = llm._model.vocab_ptr
+    vocab = llm.loaded_model.vocab_ptr
     return [
         llm.tokenizer.piece(t, special=True).decode("utf-8", "replace")
         for t in range(llm.n_vocab)

@@ -70,7 +70,7 @@ def test_layers_split_over_two_workers_give_the_local_output(smollm2_path, worke
     with Llama(
         smollm2_path, rpc_servers=[w.endpoint for w in workers], n_gpu_layers=99, n_threads=2, progress=False
     ) as llm:
-        remote = llm._model.remote
+        remote = llm.loaded_model.remote
         assert len(remote.devices) == 2 and all(n.startswith("RPC") for n in remote.names())
         got = [llm(p, max_tokens=N, temperature=0)["choices"][0]["text"] for p in PROMPTS]
         streamed = "".join(c["choices"][0]["text"] for c in llm(PROMPTS[1], max_tokens=N, temperature=0, stream=True))

@@ -111,7 +111,7 @@ def prepare(
     if suffix is not None:  # fill in the middle: the prompt is the prefix
         prompt = infill_tokens(
             lambda t: llm.tokenize(t, add_bos=False),
-            llm._model.vocab_ptr,
+            llm.loaded_model.vocab_ptr,
             prompt,
             suffix,
             context.n_batch,
@@ -134,7 +134,7 @@ def prepare(
     settings = GenerationSettings(
         max_tokens=max_tokens,
         stop=normalize_stop(stop),
-        sampling=llm._sampling_params(**sampling),
+        sampling=llm.sampling_params(**sampling),
         grammar=grammar,
         logprobs=logprobs,
         logits_processor=list(logits_processor),
@@ -144,7 +144,7 @@ def prepare(
     )
     settings.sampling.validate(llm.n_vocab)
     if grammar is not None:
-        grammar.check(llm._model)
+        grammar.check(llm.loaded_model)
     return Prepared([t for t, _ in pairs], n, settings, [e for _, e in pairs], model or llm.model_path)
 
 

@@ -152,7 +152,7 @@ def rerank_tokens(tokenizer, model_ptr, query: str, document: str) -> list[int]:
 def _context_and_pooling(llm, need_rank: bool = False):
     ctx = llm.context
     pooling = lib.llama_pooling_type(ctx.ptr)
-    if not llm._embeddings:
+    if not llm.context_params.embeddings:
         raise ValueError(
             "this Llama was created without embeddings=True: create it with "
             "Llama(..., embeddings=True) or use LlamaEmbedding"
@@ -171,7 +171,7 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
     for i, toks in enumerate(token_lists):
         if not toks:
             raise ValueError(f"input {i} has no tokens")
-    n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else llm._model.n_embd
+    n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else llm.loaded_model.n_embd
     out: list[np.ndarray] = [np.empty(0)] * len(texts)
     with llm.single(idle=True):
         llm.engine.slots.forget_all()  # the batcher reuses the context's memory: every slot's cache goes
@@ -224,6 +224,6 @@ def rank(llm, query: str, documents) -> list[float]:
     if not docs:
         return []
     scores, _ = embed_all(
-        llm, docs, truncate=True, tokens_of=lambda d: rerank_tokens(llm.tokenizer, llm._model.ptr, query, d)
+        llm, docs, truncate=True, tokens_of=lambda d: rerank_tokens(llm.tokenizer, llm.loaded_model.ptr, query, d)
     )
     return [float(s[0]) for s in scores]

@@ -154,7 +154,6 @@ class Llama:
         if speculative is not None:
             speculative.validate(batch_size)
         self.model_path = str(model_path)
-        self._embeddings = embeddings
         # DRAFT_MTP without a separate file runs the target's own NextN blocks: load them too.
         builtin_mtp = (
             speculative is not None
@@ -308,6 +307,12 @@ class Llama:
         return lib.llama_pooling_type(self.context.ptr)
 
     @property
+    def loaded_model(self) -> Model:
+        """The loaded model (its C pointer, vocabulary and facts), open as long as this Llama is."""
+        self._check_open()
+        return self._model
+
+    @property
     def n_ctx_train(self) -> int:
         self._check_open()
         return self._model.n_ctx_train
@@ -446,7 +451,7 @@ class Llama:
         token (``idx``: of that cached position, with ``logits_all=True``)."""
         compat.completion_options(sampling)
         with self.single():
-            params = self._sampling_params(**sampling)
+            params = self.sampling_params(**sampling)
             chain = SamplerChain(params, self._model.vocab_ptr, self.n_vocab, self.n_ctx, grammar)
             try:
                 chain.accept_prompt(self.tokens)
@@ -484,7 +489,7 @@ class Llama:
         settings = completion.GenerationSettings(
             max_tokens=max_tokens,
             stop=[],
-            sampling=self._sampling_params(**sampling),
+            sampling=self.sampling_params(**sampling),
             grammar=grammar,
             logits_processor=_as_list(logits_processor),
             stopping_criteria=_as_list(stopping_criteria),
@@ -494,7 +499,9 @@ class Llama:
         return results.tokens(results.Call(self, [list(tokens)], 1, settings, [""], self.model_path, streamed=True))
 
     # ---- completion ------------------------------------------------------------------------------------
-    def _sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
+    def sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
+        """A request's sampling settings from llama-cpp-python's keywords, with this Llama's seed and
+        ``last_n_tokens_size`` as defaults."""
         return compat.sampling_params(self.seed, self.last_n_tokens_size, seed, **kw)
 
     def create_completion(

@@ -38,12 +38,12 @@ sp      ::= [ \t\n]{0,8}
 
 
 def model_template(llm, name: str | None) -> ChatTemplate | None:
-    ptr = lib.llama_model_chat_template(llm._model.ptr, name.encode() if name else ffi.NULL)
+    ptr = lib.llama_model_chat_template(llm.loaded_model.ptr, name.encode() if name else ffi.NULL)
     if ptr == ffi.NULL:
         if name:
             raise ValueError(f"the model has no chat template named {name!r}")
         return None
-    vocab = llm._model.vocab_ptr
+    vocab = llm.loaded_model.vocab_ptr
 
     def special(t: int) -> str:
         return llm.tokenizer.piece(t, special=True).decode("utf-8", "replace") if t >= 0 else ""
@@ -224,7 +224,7 @@ def plan_chat(
     if grammar is not None:
         completion_kwargs["grammar"] = grammar
     bos_text = llm.tokenizer.piece(llm.token_bos(), special=True) if llm.token_bos() >= 0 else b""
-    add_bos = bool(lib.llama_vocab_get_add_bos(llm._model.vocab_ptr)) and not (
+    add_bos = bool(lib.llama_vocab_get_add_bos(llm.loaded_model.vocab_ptr)) and not (
         bos_text and prompt.encode().startswith(bos_text)
     )
     if media:  # text and media chunks: the markers the template kept become the media
