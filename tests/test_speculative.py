@@ -251,7 +251,6 @@ def test_stats_are_coherent(engines):
 # ---- drafters --------------------------------------------------------------------------------------
 def test_ngram_map_k_drafts_what_followed_the_most_recent_key():
     d = NgramMapK(size_n=2, size_m=3, min_hits=1)
-    d.begin([])
     history = [5, 6, 7, 8, 9, 5, 6, 1, 2, 5, 6]
     assert d.draft(history, 10) == [1, 2, 5]  # the later occurrence of (5, 6) wins
     assert d.draft(history, 2) == [1, 2]  # capped by n_max
@@ -261,14 +260,12 @@ def test_ngram_map_k_drafts_what_followed_the_most_recent_key():
     assert d.draft([1, 2, 3, 4, 3, 4], 10) == [3, 4, 3]
     d.accept(3)
     long = NgramMapK(size_n=2, size_m=7, min_hits=1)
-    long.begin([])
     assert long.draft([9, 1, 2, 3, 1, 2, 3, 1, 2], 10) == [3, 1, 2, 3, 1, 2, 3]
     assert long.draft([9, 1, 2, 3, 1, 2, 3, 1, 2], 4) == [3, 1, 2, 3]
 
 
 def test_ngram_map_k_min_hits_and_shrinking_after_rejection():
     d = NgramMapK(size_n=1, size_m=4, min_hits=2)
-    d.begin([])
     assert d.draft([7, 1, 2, 3, 4, 7], 4) == []  # one earlier hit < min_hits
     history = [7, 1, 2, 3, 4, 7, 1, 2, 3, 4, 7]
     assert d.draft(history, 4) == [1, 2, 3, 4]
@@ -280,14 +277,12 @@ def test_ngram_map_k_min_hits_and_shrinking_after_rejection():
 
 def test_ngram_map_k4v_drafts_only_a_dominant_value():
     d = NgramMapK4V(size_n=1, size_m=2, min_hits=1, max_values=4)
-    d.begin([])
     # after key 9: (1, 2) twice, (3, 4) once -> 2 >= 2 * 1: dominant
     assert d.draft([9, 1, 2, 9, 3, 4, 9, 1, 2, 0, 9], 2) == [1, 2]
     # (1, 2) once, (3, 4) once: no value dominates
     assert d.draft([9, 1, 2, 9, 3, 4, 0, 9], 2) == []
     # max_values=1: only the most recent value is counted
     one = NgramMapK4V(size_n=1, size_m=2, min_hits=1, max_values=1)
-    one.begin([])
     assert one.draft([9, 1, 2, 9, 3, 4, 0, 9], 2) == [3, 4]
 
 

@@ -185,6 +185,7 @@ class Llama:
         self.speculative = speculative
         self.counters = Counters()
         self.engine: Engine | None = None  # None only with vocab_only (no context)
+        self.main_sequence: MainSequence | None = None
         # Steps of the engine and single-sequence work take turns on the context.
         self.lock = threading.Lock()
         drafters = None

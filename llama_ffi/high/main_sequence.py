@@ -1,8 +1,8 @@
 """The main sequence: the slot of a ``Llama``'s latest request, and the single-sequence work that
 llama-cpp-python's API does on it (``eval``, ``eval_prompt``, the warm-up, ``load_state``'s last
 token). It decodes into that slot between the engine's steps (the caller holds ``Llama.single()``),
-as a step would: every row's logits kept under ``logits_all``, an MTP drafter shown the hidden
-states."""
+and records each decode as a step does (``Engine.decoded``): every row's logits kept under
+``logits_all``, an MTP drafter shown the hidden states."""
 
 from __future__ import annotations
 
@@ -22,8 +22,6 @@ class MainSequence:
         self.tokenizer = tokenizer
         self.counters = counters
         self.logits_all = logits_all
-        speculation = engine.speculation
-        self._observe = speculation.observe if speculation is not None else None
 
     @property
     def slot(self) -> Slot:
@@ -46,14 +44,10 @@ class MainSequence:
             part = list(tokens[i : i + step])
             try:
                 ctx.decode(batch.fill(part, start + i, slot.seq, logits).c)
-            except KeyboardInterrupt:  # the sequence keeps what llama.cpp decoded of it
-                del slot.tokens[max(ctx.seq_pos_max(slot.seq) + 1, 0) :]
+            except KeyboardInterrupt:  # the slot keeps what llama.cpp decoded of it
+                self.engine.resync(slot)
                 raise
-            if self._observe is not None:
-                self._observe([(slot.seq, part, start + i, 0)])
-            if self.logits_all:
-                slot.keep_scores(start + i, [ctx.logits(k) for k in range(len(part))])
-            slot.tokens.extend(part)
+            self.engine.decoded([(slot, part, start + i, 0, self.logits_all)])
             self.counters.evaluated += len(part)
 
     def eval(self, tokens: Sequence[int]) -> None:

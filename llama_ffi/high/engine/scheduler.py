@@ -405,7 +405,7 @@ class Engine:
         try:
             evaluate_media(ctx, slot, group.prompt, decode_text, self.counters)
         except BaseException as error:
-            self._resync(slot)
+            self.resync(slot)
             for c in group.choices:
                 self._release(c)
             self._end_request(group.request, error)
@@ -515,7 +515,7 @@ class Engine:
             runs.append(
                 (group.leader.slot, group.prompt[start : start + take], start, first, group.request.settings.logits_all)
             )
-        self._decoded(runs)
+        self.decoded(runs)
         for c in ready:
             self.slots.check(c.slot)
         for group, _, take, first in parts:
@@ -535,9 +535,11 @@ class Engine:
             self.stats.generation_s += elapsed
             self.stats.generated_tokens += len(ready)
 
-    def _decoded(self, runs) -> None:
-        """After a decode: each run's tokens join its slot, and a run that asked for every row
-        (logits_all) keeps their logits for ``scores``; an MTP drafter takes the hidden states."""
+    def decoded(self, runs) -> None:
+        """After a decode (a step's, or single-sequence work's: ``MainSequence``): each run's tokens
+        join its slot, and a run that asked for every row (logits_all) keeps their logits for
+        ``scores``; an MTP drafter takes the hidden states. ``runs``: (slot, tokens, first position,
+        first batch row, keep the rows' logits) of each sequence in the batch."""
         ctx = self.context
         for slot, tokens, start, first, keep in runs:
             slot.tokens.extend(tokens)
@@ -601,7 +603,7 @@ class Engine:
         del slot.tokens[d.base :]
         self.context.decode(self.batch.fill(again, d.base, slot.seq).c)
         self.counters.evaluated += len(again)
-        self._decoded([(slot, again, d.base, 0, False)])
+        self.decoded([(slot, again, d.base, 0, False)])
 
     def _finish(self, finished: list[Choice]) -> None:
         for c in finished:
@@ -722,7 +724,7 @@ class Engine:
                 if which(request):
                     self._fail_request(request, error)
 
-    def _resync(self, slot: Slot) -> None:
+    def resync(self, slot: Slot) -> None:
         """After a failed decode: the slot's list keeps what its sequence still holds."""
         kept = max(self.context.seq_pos_max(slot.seq) + 1, 0)
         del slot.tokens[kept:]
@@ -730,7 +732,7 @@ class Engine:
 
     def _decode_failed(self, error: BaseException, slots: list[Slot]) -> None:
         for slot in slots:
-            self._resync(slot)
+            self.resync(slot)
         for group in self._evaluating:
             group.evaluated = len(group.leader.slot.tokens)
         if isinstance(error, KeyboardInterrupt):

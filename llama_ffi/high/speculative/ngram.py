@@ -53,11 +53,6 @@ class _NgramDrafter:
         self._last_key: tuple[int, ...] | None = None
         self._last_len = 0
 
-    def begin(self, prompt: list[int]) -> None:
-        self.index.reset()
-        self.draft_len = {}
-        self._last_key = None
-
     def draft(self, history: list[int], n_max: int) -> list[int]:
         self._last_key = None
         self.index.extend_to(history)
@@ -89,9 +84,6 @@ class _NgramDrafter:
         full = n_accepted >= self._last_len
         self.draft_len[self._last_key] = self.size_m if full else 2 * n_accepted + 1
         self._last_key = None
-
-    def close(self) -> None:
-        pass
 
 
 class NgramMapK(_NgramDrafter):
