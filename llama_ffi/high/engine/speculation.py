@@ -48,7 +48,6 @@ class Speculation:
     def __init__(self, config: SpecConfig, drafters, context) -> None:
         self.config = config
         self.drafters = drafters
-        self.context = context
         self.observe = drafters.observe  # MTP: the target's hidden states after every decode
         self.recurrent = context.model.memory_is_recurrent
         self.max_draft = min(config.max_draft, context.n_batch - 1)
