@@ -225,6 +225,17 @@ class Context:
     def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
         return bool(lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
 
+    def copy_sequence(self, src: int, dst: int) -> None:
+        """Sequence ``dst`` (empty) becomes a copy of ``src``, at once. In one pool of cells
+        (``kv_unified``) the cells are shared. Between separate pools llama.cpp's ``seq_cp`` only
+        queues a copy of the whole pool for the next decode: a state saved or restored before then
+        would read the pool's old cells, or be overwritten by the copy (a prompt cache then
+        answered with another prompt's cells). There the state goes through the host instead."""
+        if self.n_ctx_seq == self.n_ctx:
+            lib.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+        else:
+            self.set_seq_state_bytes(dst, self.seq_state_bytes(src))
+
     def keep_prefix(self, cached: list[int], wanted, seq: int = 0) -> int:
         """Cut sequence ``seq``, which holds ``cached``, back to its common prefix with ``wanted``, but
         always short of wanted's last token (it is decoded again: its logits). Truncates

@@ -416,9 +416,8 @@ class Engine:
     def _prompt_done(self, group: Group, output: int) -> None:
         """The prompt is in the leader's slot: the siblings share its cells and its logits."""
         leader = group.leader
-        memory = self.context.memory
         for c in group.choices[1:]:
-            lib.llama_memory_seq_cp(memory, leader.slot.seq, c.slot.seq, -1, -1)
+            self.context.copy_sequence(leader.slot.seq, c.slot.seq)
             c.slot.tokens = list(leader.slot.tokens)
             c.slot.media_spans = list(leader.slot.media_spans)
         for c in group.choices:
