@@ -3,12 +3,15 @@ of the library (the benchmark's ``--soak`` prints its report; tests/test_soak.py
 
     python -m llama_ffi.bench --soak MINUTES [-m MODEL] [-t THREADS]
 
-One ``Llama`` (8 slots, one pool of cells) with a ``LlamaDiskCache`` small enough to evict, driven
-by worker threads that each pick, at random, a plain, streamed or abandoned completion, ``n=2``, a
-list of prompts, a sampled request, a chat, a bad request (too long, a broken grammar), a
-``save_state``/``load_state`` round trip, under no control vector or one of two (adapters
-switching between requests); an asyncio thread whose streams are cancelled part-way or read to
-the end; and a corrupter that damages cache files on disk (cut short, bytes flipped or appended).
+One ``Llama`` (4 slots, each with its own pool of cells: llama.cpp's default when ``n_seq_max`` is
+given) with a ``LlamaDiskCache`` small enough to evict, driven by worker threads that each pick, at
+random, a plain, streamed or abandoned completion, ``n=2``, a list of prompts, a sampled request, a
+chat, a bad request (too long, a broken grammar), a ``save_state``/``load_state`` round trip, an
+asyncio task cancelled as its event loop closes, under no control vector or one of two (adapters
+switching between requests); prompts include shared preambles with two questions each; an asyncio
+thread whose streams are cancelled part-way or read to the end; and a corrupter that damages cache
+files on disk (cut short, bytes flipped or appended). The run ends after ``minutes`` or, when
+given, after ``requests`` requests.
 Every greedy answer is compared with the same request run alone before the soak: identical, or
 first different where the alone run's top-2 margin is below the near-tie bound measured on this
 machine. At the end, ``close()`` is called with requests in flight. Reported: requests, tokens/s,
@@ -44,6 +47,15 @@ PROMPTS = [
     "Repeat the sentence three times. The quick brown fox jumps over the lazy dog. The quick brown fox",
     "The letters of the English alphabet, in order: A, B, C, D, E, F,",
 ]
+# Shared preambles with two questions each: siblings (n=2) and the prompt cache must give every
+# choice the cells of its own question (issue 41: with separate pools of cells they answered the
+# other question's).
+PREAMBLES = [
+    "The museum opens at nine and closes at five. Tickets are sold at the entrance hall.",
+    "The train leaves platform four every hour. Passengers must validate tickets before boarding.",
+]
+QUESTIONS = ["what should a visitor do first?", "what is the most common mistake?"]
+PROMPTS += [f"{p}\nQuestion: {q}\nAnswer:" for p in PREAMBLES for q in QUESTIONS]
 CHATS = ["Name three colours of the rainbow.", "What is the capital of Italy? Answer briefly."]
 BAD_GRAMMAR = 'root ::= ( "a" '
 
@@ -90,15 +102,18 @@ class Report:
     bound: float = 0.0
     close_s: float = 0.0
     close_outcomes: list = dataclasses.field(default_factory=list)
+    seconds: float = 0.0  # how long the load ran (less than the minutes when a request count ended it)
 
     def summary(self) -> dict:
         lat = sorted(self.latencies) or [0.0]
-        warm = [mb for t, mb in self.rss_mb if t >= self.minutes * 60 / 5] or [0.0]
+        seconds = self.seconds or self.minutes * 60
+        warm = [mb for t, mb in self.rss_mb if t >= seconds / 5] or [0.0]
         return {
             "minutes": self.minutes,
             "requests": self.requests,
             "by_kind": dict(sorted(self.by_kind.items())),
-            "tokens_per_s": self.tokens / (self.minutes * 60),
+            "seconds": seconds,
+            "tokens_per_s": self.tokens / seconds,
             "wrong": len(self.wrong),
             "near_ties": self.near_ties,
             "near_tie_margin_max": max(self.near_tie_margins, default=0.0),
@@ -160,13 +175,14 @@ class Soak:
         workers: int = 3,
         seed: int = 0,
         cache_dir: str | None = None,
+        requests: int | None = None,
     ) -> None:
         from llama_ffi.high import Llama, LlamaDiskCache
 
-        self.minutes, self.seed, self.workers = minutes, seed, workers
+        self.minutes, self.seed, self.workers, self.requests = minutes, seed, workers, requests
         self._tmp = tempfile.TemporaryDirectory(prefix="llama-ffi-soak-") if cache_dir is None else None
         self.cache_dir = Path(cache_dir or self._tmp.name)
-        self.llm = Llama(model, n_ctx=2048, n_threads=threads, progress=False)
+        self.llm = Llama(model, n_ctx=4096, n_seq_max=4, n_threads=threads, progress=False)
         self.llm.set_cache(LlamaDiskCache(self.cache_dir, capacity_bytes=24 << 20))
         self.cvecs = control_vectors(self.llm)
         self.report = Report(minutes)
@@ -238,6 +254,10 @@ class Soak:
         with self._lock:
             self.report.wrong.append(f"{what}: {got!r} vs alone {want.text!r} (token {i}, margin {margin:.3f})")
 
+    def going(self) -> bool:
+        """Before the deadline, and short of the number of requests when one was given."""
+        return time.perf_counter() < self._deadline and (self.requests is None or self.report.requests < self.requests)
+
     def _count(self, kind: str, started: float, tokens: int) -> None:
         with self._lock:
             self.report.requests += 1
@@ -254,8 +274,8 @@ class Soak:
         prompt, want = prompt_of(i), self.completions[(i, cv)]
         common = {"max_tokens": N_TOKENS, "temperature": 0.0, "control_vector": self.cvecs[cv]}
         kind = rng.choices(
-            ["plain", "stream", "abandoned", "n2", "list", "sampled", "chat", "bad", "state"],
-            [20, 15, 10, 8, 8, 10, 10, 6, 4],
+            ["plain", "stream", "abandoned", "n2", "list", "sampled", "chat", "bad", "state", "closed-loop"],
+            [20, 15, 10, 12, 8, 10, 10, 6, 4, 5],
         )[0]
         if kind == "plain":
             out = llm(prompt, **common)
@@ -303,14 +323,23 @@ class Soak:
             else:
                 raise AssertionError("a bad request was answered")
             self._count(kind, started, 0)
-        else:  # a state round trip of the latest request's slot
+        elif kind == "state":  # a state round trip of the latest request's slot
             saved = llm.save_state()
             llm.load_state(saved)
+            self._count(kind, started, 0)
+        else:  # an asyncio task cancelled as its event loop closes: the engine ends it later
+
+            async def abandon() -> None:
+                task = asyncio.ensure_future(llm.acreate_completion(prompt, **common))
+                await asyncio.sleep(rng.uniform(0.0, 0.2))
+                task.cancel()
+
+            asyncio.run(abandon())
             self._count(kind, started, 0)
 
     def worker(self, index: int) -> None:
         rng = random.Random(self.seed * 1000 + index)
-        while time.perf_counter() < self._deadline:
+        while self.going():
             try:
                 self.one_request(rng)
             except Exception as error:  # noqa: BLE001 - every unexpected error is reported
@@ -333,7 +362,7 @@ class Soak:
             self._count("async", started, len(chunks))
 
         async def main() -> None:
-            while time.perf_counter() < self._deadline:
+            while self.going():
                 tasks = [asyncio.create_task(stream(rng.randrange(len(PROMPTS)), None)) for _ in range(2)]
                 doomed = asyncio.create_task(stream(rng.randrange(len(PROMPTS)), None))
                 await asyncio.sleep(rng.uniform(0.05, 0.5))
@@ -351,7 +380,7 @@ class Soak:
 
     def corrupter(self) -> None:
         rng = random.Random(self.seed * 1000 + 7)
-        while time.perf_counter() < self._deadline:
+        while self.going():
             time.sleep(rng.uniform(0.5, 2.0))
             files = sorted(self.cache_dir.glob("*.llama-ffi-state"))
             if not files:
@@ -374,7 +403,7 @@ class Soak:
                 self.report.corruptions += 1
 
     def sampler(self, started: float) -> None:
-        while time.perf_counter() < self._deadline:
+        while self.going():
             self.report.rss_mb.append((time.perf_counter() - started, rss_mb()))
             time.sleep(1.0)
 
@@ -391,6 +420,7 @@ class Soak:
             t.start()
         for t in threads:
             t.join(self.minutes * 60 + 300)
+        self.report.seconds = time.perf_counter() - started
         if any(t.is_alive() for t in threads):
             self.report.unexpected.append("a soak thread never finished")
         self.close_in_flight()

@@ -132,7 +132,7 @@ def test_an_unread_stream_waits_in_its_slot_and_blocks_nobody(llm, plain):
     answer = text_of(llm(PROMPTS[2], max_tokens=12, **GREEDY))
     assert_same_or_near_tie(plain, PROMPTS[2], answer, 12, limit=parallel_bound(plain))
     time.sleep(0.5)
-    (choice,) = [c for c in llm.engine._generating]
+    (choice,) = [c for c in llm.engine.work.generating]
     draft = llm.speculative.max_draft if llm.speculative else 0  # one step may verify a whole draft
     assert choice.produced <= AHEAD + 2 + draft  # bounded: it waits for its reader
     rest = list(stream)
@@ -290,8 +290,8 @@ def test_speculating_threads_share_steps_and_each_gets_its_own_answer(kind, smol
         def watch(ids, logits):  # which sequences generate at once, and whether drafts were pending
             seen.append(
                 (
-                    sum(c.drafting is not None for c in llm.engine._generating),
-                    sum(bool(c.drafting and c.drafting.draft) for c in llm.engine._generating),
+                    sum(c.drafting is not None for c in llm.engine.work.generating),
+                    sum(bool(c.drafting and c.drafting.draft) for c in llm.engine.work.generating),
                 )
             )
             return logits

@@ -58,16 +58,15 @@ def test_a_cache_file_cut_short_is_a_miss_and_is_dropped(smollm2_path, tmp_path)
 def test_a_failing_step_ends_the_requests_in_it_and_the_next_request_is_served(smollm2_path):
     with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=4, progress=False) as llm:
         want = text_of(llm("The capital of France is", max_tokens=8, **GREEDY))
-        engine, real_step = llm.engine, llm.engine._decode_step
+        engine = llm.engine
         steps = {"n": 0}
 
-        def failing_once():
+        def failing_once():  # the loop calls it before each step
             steps["n"] += 1
             if steps["n"] == 6:
                 raise RuntimeError("injected fault")
-            real_step()
 
-        engine._decode_step = failing_once
+        engine.before_step = failing_once
         outcomes: list = []
 
         def caller(i: int):
@@ -81,10 +80,10 @@ def test_a_failing_step_ends_the_requests_in_it_and_the_next_request_is_served(s
             t.start()
         for t in threads:
             t.join(120)
+        engine.before_step = None
         assert not any(t.is_alive() for t in threads), "a caller never got an answer"
         assert any(isinstance(o, RuntimeError) and "injected fault" in str(o) for o in outcomes)
         assert all(s.owner is None for s in engine.slots.slots)  # the failed requests left their slots
-        engine._decode_step = real_step
         got = answer_within(lambda: llm("The capital of France is", max_tokens=8, **GREEDY))
         assert text_of(got) == want  # the same Llama, the same slot shape: the same greedy answer
         streamed = answer_within(lambda: list(llm("Once upon a time", max_tokens=4, stream=True, **GREEDY)))

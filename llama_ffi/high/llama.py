@@ -561,7 +561,7 @@ class Llama:
             **{k: v for k, v in kwargs.items() if k in known},
             sampling={k: v for k, v in kwargs.items() if k not in known},
         )
-        return await results.acompletion(results.Call(self, *request, streamed=stream, in_asyncio=True))
+        return await results.acompletion(results.Call(self, *request, streamed=stream))
 
     __call__ = create_completion
 

@@ -1,10 +1,11 @@
-"""A request as the scheduler sees it, and the channel its results travel through to the caller.
+"""A request as the engine's loop sees it, and the channel its results travel through to the caller.
 
 The steps put ``(choice index, event)`` items (``None`` for "this choice finished") and, at the
-end, ``DONE`` or an exception. A caller in a thread takes them (``get_nowait``, running steps
-meanwhile: ``Engine.next_item``), one in asyncio awaits them (``aget``, which never blocks the event
-loop). A streamed request lets at most ``AHEAD`` items
-wait unread: its choices then sit out the steps until the caller reads, keeping their slots.
+end, ``DONE`` or an exception. A caller in a thread waits for them (``get``), one in asyncio
+awaits them (``aget``, which never blocks the event loop). A streamed request lets at most
+``AHEAD`` items wait unread: its choices then sit out the steps until the caller reads, keeping
+their slots. A channel whose reader can no longer be reached (its event loop closed) says so
+(``unreachable``): the loop then cancels that request alone.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ class Channel:
     def __init__(self, wake) -> None:
         self._items: collections.deque = collections.deque()
         self._cond = threading.Condition(threading.Lock())
-        self._wake = wake  # tells the scheduler that the caller read
+        self._wake = wake  # tells the engine's loop that the caller read
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self.unreachable = False  # an asyncio reader's loop closed: nothing put reaches it
 
     def __len__(self) -> int:
         return len(self._items)
@@ -39,7 +41,22 @@ class Channel:
                 return
             waiters, self._waiters = self._waiters, []
         for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # its event loop is closed: the reader is gone
+                self.unreachable = True
+
+    def get(self):
+        """The next item, waiting for it (a signal handler's exception, such as Ctrl-C's
+        KeyboardInterrupt, ends the wait)."""
+        with self._cond:
+            while not self._items:
+                self._cond.wait()
+            item = self._items.popleft()
+            full = len(self._items) + 1 >= AHEAD
+        if full:
+            self._wake()
+        return item
 
     def get_nowait(self):
         """The next item, or None."""
@@ -49,19 +66,6 @@ class Channel:
         if full:
             self._wake()
         return item
-
-    def wait_for_change(self, timeout: float = 0.05) -> None:
-        """Until an item comes or the driver stops (``poke``)."""
-        with self._cond:
-            if not self._items:
-                self._cond.wait(timeout)
-
-    def poke(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-        waiters, self._waiters = self._waiters, []
-        for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
 
     def replace_all(self, item) -> None:
         """Drop what is unread and put ``item`` (the caller sees it next)."""
@@ -102,14 +106,11 @@ def _resolve(future: asyncio.Future) -> None:
 class Request:
     """The groups of one call, where their results go, and whether the caller still wants them."""
 
-    def __init__(self, groups: list, settings, streamed: bool, wake, in_asyncio: bool) -> None:
+    def __init__(self, groups: list, settings, streamed: bool, wake) -> None:
         self.groups = groups
         self.settings = settings
         self.streamed = streamed
         self.channel = Channel(wake)
-        self.in_asyncio = in_asyncio  # its caller cannot run steps (see Engine.submit)
-        # Ctrl-C reaches a request through the C flag only where the main thread waits for it.
-        self.interruptible = not in_asyncio and threading.current_thread() is threading.main_thread()
         self.cancelled = False
         self.cancel_reason = "the request was cancelled"
         self.finished = False

@@ -1,4 +1,4 @@
-"""The callers' side of a completion: a request handed to the scheduler, waited for in a thread or in
+"""The callers' side of a completion: a request handed to the engine's loop, waited for in a thread or in
 asyncio, shaped as OpenAI's ``text_completion`` (a dict, or chunks with ``stream=True``).
 
 ``choices[p * n + k]`` answers prompt ``p`` (its k-th sample). A stream's chunks each carry one
@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 from llama_ffi.high.engine.choices import build_groups
 from llama_ffi.high.engine.request import DONE, Request
-from llama_ffi.high.interrupt import sigint_stops_compute
 from llama_ffi.high.text_output import logprobs_block
 
 
@@ -30,7 +29,6 @@ class Call:
         echo_texts: Sequence[str],
         model_name: str,
         streamed: bool,
-        in_asyncio: bool = False,
     ) -> None:
         ctx = llm.context
         self.engine = llm.engine
@@ -38,7 +36,7 @@ class Call:
         self.n, self.echo_texts, self.model_name = n, list(echo_texts), model_name
         self.settings = settings
         groups = build_groups(ctx, prompts, n, settings, ctx.n_seq_max, ctx.n_ctx_seq)
-        self.request = Request(groups, settings, streamed, self.engine.wake, in_asyncio)
+        self.request = Request(groups, settings, streamed, self.engine.wake)
         self.choices = sorted(self.request.choices, key=lambda c: c.index)
         self.n_prompt = sum(len(p) for p in prompts)
         self.cid, self.created = f"cmpl-{uuid.uuid4()}", int(time.time())
@@ -113,13 +111,13 @@ def _raise_if_error(item) -> None:
 
 
 def wait(call: Call) -> None:
-    """Submit the call's request and wait for its end in this thread."""
+    """Submit the call's request and wait for its end in this thread (Ctrl-C, or any exception a
+    signal handler raises meanwhile, cancels it)."""
     engine, request = call.engine, call.request
     engine.submit(request)
     try:
         while True:
-            with sigint_stops_compute():
-                item = engine.next_item(request)
+            item = engine.next_item(request)
             if item is DONE:
                 return
             _raise_if_error(item)
@@ -134,10 +132,7 @@ def items(call: Call) -> Iterator[tuple]:
     engine.submit(request)
     try:
         while True:
-            item = request.channel.get_nowait()  # decoded ahead already: no steps, no handler
-            if item is None:
-                with sigint_stops_compute():
-                    item = engine.next_item(request)
+            item = engine.next_item(request)
             if item is DONE:
                 return
             _raise_if_error(item)
@@ -158,7 +153,7 @@ async def aitems(call: Call) -> AsyncIterator[tuple]:
             _raise_if_error(item)
             yield item
     finally:
-        if not request.finished:  # freed at the next step, by the engine's thread: never wait here
+        if not request.finished:  # freed at the loop's next turn: never wait here
             engine.cancel(request, wait=False)
 
 

@@ -77,6 +77,17 @@ class Speculation:
         d.draft = draft
         return draft
 
+    def pack(self, c: Choice, batch, pos: int, room: int, context) -> int:
+        """Put ``c``'s draft (at most ``room`` tokens) into ``batch`` after its next token, which sits
+        at ``pos``; returns the draft's length."""
+        draft = self.propose(c, room)
+        c.drafting.base = pos
+        if draft and self.recurrent:  # a recurrent state cannot be cut: keep a copy
+            c.drafting.snapshot = context.seq_state_bytes(c.slot.seq)
+        for j, token in enumerate(draft):
+            batch.add(token, pos + 1 + j, (c.slot.seq,), True)
+        return len(draft)
+
     def walk(self, c: Choice, ctx, ctx_ptr, vocab, piece, settings, pristine: dict, deliver) -> int:
         """Sample ``c``'s rows of this step in order while the sampler agrees with the draft, each
         token's event to ``deliver``; returns how many drafted tokens keep their cells (the cells
@@ -100,6 +111,27 @@ class Speculation:
             if kept < len(draft):
                 d.stats.rollbacks += 1
         return kept
+
+    def drop_rejected(self, c: Choice, kept: int, context, batch, stepper) -> None:
+        """The cells after ``c``'s next token and its ``kept`` drafted tokens leave its sequence."""
+        d, slot = c.drafting, c.slot
+        draft, snapshot = d.draft, d.snapshot
+        d.draft, d.snapshot = [], None
+        keep = d.base + 1 + kept
+        if not draft or slot is None or keep >= len(slot.tokens):
+            return
+        if snapshot is None:
+            if not context.seq_rm(slot.seq, keep, -1):
+                raise RuntimeError(f"llama.cpp could not cut sequence {slot.seq} at {keep}")
+            del slot.tokens[keep:]
+            return
+        # recurrent: back to the state before the step, then the kept tokens again
+        again = slot.tokens[d.base : keep]
+        context.set_seq_state_bytes(slot.seq, snapshot)
+        del slot.tokens[d.base :]
+        context.decode(batch.fill(again, d.base, slot.seq).c)
+        stepper.counters.evaluated += len(again)
+        stepper.decoded([(slot, again, d.base, 0, False)])
 
     def finished(self, c: Choice) -> None:
         d = c.drafting

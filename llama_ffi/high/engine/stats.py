@@ -1,0 +1,30 @@
+"""The engine's running figures: tokens decoded (``Counters``, shared with single-sequence work) and
+the steps' totals (``EngineStats``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class Counters:
+    evaluated: int = 0  # tokens decoded so far (prefix reuse shows here)
+
+
+@dataclasses.dataclass
+class EngineStats:
+    """Running totals of the steps (wall time of batch, decode and sampling): steps that carried
+    prompt tokens, and steps of generated tokens only. ``generated_tokens`` counts every token a
+    choice took, accepted drafts included."""
+
+    prompt_steps: int = 0
+    prompt_tokens: int = 0
+    generation_steps: int = 0
+    generated_tokens: int = 0
+    prompt_s: float = 0.0
+    generation_s: float = 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        """Aggregate tokens/s of the steps that carried only generated tokens."""
+        return self.generated_tokens / self.generation_s if self.generation_s else float("nan")

@@ -1,0 +1,61 @@
+"""The engine's loop owns the context on its own thread: callers only submit and wait, a caller whose
+event loop closed fails no one else, and close() ends the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from near_tie import assert_same_or_near_tie, parallel_bound
+from test_engine import run_threads
+
+from llama_ffi.high import Llama
+
+GREEDY = dict(temperature=0.0)
+LONG = "Write a long story about a lighthouse keeper and the sea."
+
+
+def test_steps_run_in_the_engines_thread_for_every_kind_of_caller(smollm2_path):
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, progress=False) as llm:
+        threads: set[str] = set()
+
+        def record(ids, logits):
+            threads.add(threading.current_thread().name)
+            return logits
+
+        llm("Once upon a time", max_tokens=4, logits_processor=[record], **GREEDY)
+        list(llm("Once upon a time", max_tokens=4, stream=True, logits_processor=[record], **GREEDY))
+        run_threads([lambda: llm("Hello", max_tokens=4, logits_processor=[record], **GREEDY)] * 2)
+
+        async def in_asyncio():
+            return await llm.acreate_completion("Hello", max_tokens=4, logits_processor=[record], **GREEDY)
+
+        asyncio.run(in_asyncio())
+        assert threads == {"llama-ffi-engine"}
+        engine_thread = next(t for t in threading.enumerate() if t.name == "llama-ffi-engine")
+    engine_thread.join(10)
+    assert not engine_thread.is_alive()  # close() stopped the loop
+
+
+def test_a_caller_whose_event_loop_closed_fails_no_one_else(smollm2_path):
+    """Tasks cancelled as their ``asyncio.run`` returns leave a waiter on a closed loop; the engine
+    ends those requests later. A thread's request running meanwhile gets its whole answer."""
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=4, progress=False) as llm:
+        ban = {llm.token_eos(): -float("inf")}
+        want = llm(LONG, max_tokens=48, logit_bias=ban, **GREEDY)["choices"][0]["text"]
+        assert len(want) > 40
+
+        async def abandon() -> None:
+            task = asyncio.ensure_future(llm.acreate_completion(LONG, max_tokens=200, **GREEDY))
+            await asyncio.sleep(0.05)
+            task.cancel()  # asyncio.run returns right after: its loop closes
+
+        def abandoning() -> None:
+            for _ in range(6):
+                asyncio.run(abandon())
+
+        outs = run_threads([lambda: llm(LONG, max_tokens=48, logit_bias=ban, **GREEDY), abandoning])
+        got = outs[0]["choices"][0]["text"]
+        if got != want:  # decoded next to the abandoned ones: a near tie may flip, nothing more
+            assert_same_or_near_tie(llm, LONG, got, 48, limit=parallel_bound(llm), logit_bias=ban)
+        assert llm("Hello", max_tokens=4, **GREEDY)["usage"]["completion_tokens"] == 4  # still serving
