@@ -59,3 +59,21 @@ def test_a_caller_whose_event_loop_closed_fails_no_one_else(smollm2_path):
         if got != want:  # decoded next to the abandoned ones: a near tie may flip, nothing more
             assert_same_or_near_tie(llm, LONG, got, 48, limit=parallel_bound(llm), logit_bias=ban)
         assert llm("Hello", max_tokens=4, **GREEDY)["usage"]["completion_tokens"] == 4  # still serving
+
+
+def test_status_counts_every_generated_token_accepted_drafts_included(smollm2_path):
+    from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+
+    spec = SpecConfig(type=SpeculativeType.DRAFT, draft_model_path=smollm2_path, draft_n_max=4)
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, progress=False, speculative=spec) as llm:
+        before = llm.engine.status()
+        assert before.waiting == 0 and before.processing == 0 and len(before.slots) == llm.context.n_seq_max
+        ban = {llm.token_eos(): -float("inf")}
+        out = llm("One, two, three, four, five,", max_tokens=32, logit_bias=ban, **GREEDY)
+        after = llm.engine.status()
+        assert llm.last_speculative_stats.accepted_tokens > 8  # drafts were accepted
+        # the first token comes from the prompt's step; every later one counts, drafted or not
+        generated = after.stats.generated_tokens - before.stats.generated_tokens
+        assert generated == out["usage"]["completion_tokens"] - 1
+        assert after.evaluated > before.evaluated
+        assert any(s.cached_tokens > 0 for s in after.slots) and after.processing == 0

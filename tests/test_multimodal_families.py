@@ -348,46 +348,6 @@ def test_handler_names_and_template_arguments(fx, tmp_path):
         assert "Picture" not in llm.detokenize(list(plain.tokens)).decode()
 
 
-def test_the_benchmark_times_the_qwen25vl_encoder_against_llama_mtmd_cli(fx, mtmd_cli, tree):
-    """``python -m llama_ffi.bench --mmproj``: both encode times, and their ratio (run as users run it)."""
-    import re
-    import sys
-
-    from tools.native_build import build_reference_tools
-
-    bench_binary = build_reference_tools(tree, ("llama-bench",)) / "llama-bench"
-    model, mmproj = fx["qwen25vl"]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llama_ffi.bench",
-            "-m",
-            str(model),
-            "--mmproj",
-            str(mmproj),
-            "--image",
-            str(fx["wide"]),
-            "--skip-generation",
-            "-r",
-            "1",
-            "--llama-bench",
-            str(bench_binary),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = {
-        m.group(1): m.groups()[1:]
-        for m in re.finditer(r"\| (llama-mtmd-cli|llama-ffi) \| ([\d.]+) \| (\S+) \| (\S+) \|", out.stdout)
-    }
-    assert float(rows["llama-mtmd-cli"][0]) > 0 and float(rows["llama-ffi"][0]) > 0
-    assert float(rows["llama-ffi"][1]) > 0 and float(rows["llama-ffi"][2]) > 0  # prompt speed, encode ratio
-
-
 def test_control_llava_through_a_template_without_media_parts(smollm2_path, tmp_path, mtmd_cli, fx):
     """Today's LLaVA-style projector under SmolLM2's own (text-only) template: llama.cpp's rule,
     the marker where the part was, equal to llama-mtmd-cli --jinja."""

@@ -824,3 +824,17 @@ def test_lora_adapters_per_request(smollm2_path, tmp_path):
             near_tie.assert_same_or_near_tie(
                 llm, prompt, out, 12, limit=near_tie.parallel_bound(llm), active_loras=selection
             )
+
+
+def test_errors_map_by_the_library_s_own_types():
+    """A client's mistake is a 400 (the library's checks raise ValueError or RequestTypeError); a
+    TypeError or KeyError of a defect is a 500 that does not show its text."""
+    from llama_ffi.high import ContextLengthError, RequestTypeError
+    from llama_ffi.server.errors import from_library
+
+    assert from_library(ValueError("top_k must be >= 0")).status == 400
+    assert from_library(RequestTypeError("stop must be str")).status == 400
+    assert from_library(ContextLengthError("too long")).code == "context_length_exceeded"
+    for defect in (TypeError("'NoneType' object is not subscriptable"), KeyError("slot"), RuntimeError("x")):
+        error = from_library(defect)
+        assert error.status == 500 and "subscriptable" not in error.message and "slot" not in error.message

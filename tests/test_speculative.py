@@ -99,7 +99,7 @@ def _cache_consistent(llm) -> bool:
 
 # ---- identity with plain decoding ------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["ngram-k", "ngram-k4v", "draft"])
-def test_greedy_repetitive_prompt_is_identical_and_speculates(plain, engines, name):
+def test_greedy_repetitive_prompt_equals_plain_or_a_near_tie_and_speculates(plain, engines, name):
     llm = engines[name]
     want = plain(REPETITIVE, max_tokens=96, temperature=0)
     got = llm(REPETITIVE, max_tokens=96, temperature=0)
@@ -114,7 +114,7 @@ def test_greedy_repetitive_prompt_is_identical_and_speculates(plain, engines, na
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=24), repeat=st.integers(1, 3), n=st.integers(1, 48))
-def test_greedy_identical_for_generated_prompts(plain, engines, words, repeat, n):
+def test_greedy_generated_prompts_equal_plain_or_a_near_tie(plain, engines, words, repeat, n):
     prompt = " ".join(words * repeat)
     for llm in engines.values():
         got = _tokens(llm, prompt, max_tokens=n, temperature=0)

@@ -51,7 +51,7 @@ def _mtp_sequence(llm):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=st.lists(st.integers(3, 319), min_size=1, max_size=40), n=st.integers(1, 60))
-def test_greedy_identical_to_plain(pair, prompt, n):
+def test_greedy_equals_plain_or_a_near_tie(pair, prompt, n):
     plain, mtp = pair
     got = _generate(mtp, [1] + prompt, max_tokens=n, temperature=0)
     assert_same_or_near_tie(plain, [1] + prompt, got, n)
@@ -63,7 +63,7 @@ def test_greedy_identical_to_plain(pair, prompt, n):
 
 
 @pytest.mark.parametrize("seed", [3, 11])
-def test_seeded_sampling_identical_to_plain(pair, seed):
+def test_seeded_sampling_equals_plain_or_a_sampling_flip(pair, seed):
     plain, mtp = pair
     kw = dict(max_tokens=48, temperature=1.0, top_k=50, seed=seed)
     prompt = [1, 300, 301, 302]

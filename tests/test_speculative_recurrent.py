@@ -28,7 +28,7 @@ def pair(tmp_path_factory):
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=st.lists(st.integers(3, 40), min_size=2, max_size=30), n=st.integers(1, 80))
-def test_greedy_identical_with_checkpoint_restores(pair, prompt, n):
+def test_greedy_equals_plain_or_a_near_tie_with_checkpoint_restores(pair, prompt, n):
     plain, fast = pair
     plain.reset()
     fast.reset()
@@ -52,7 +52,7 @@ def test_rejected_drafts_restore_the_checkpoint(pair):
     assert rollbacks > 0
 
 
-def test_seeded_sampling_identical(pair):
+def test_seeded_sampling_equals_plain_or_a_sampling_flip(pair):
     plain, fast = pair
     prompt = [1, 5, 6, 7, 5, 6, 7, 5, 6]
     kw = dict(max_tokens=64, temperature=0.8, seed=5)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+from llama_ffi.high.errors import RequestTypeError
+
 
 def integer(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise RequestTypeError(f"{name} must be an int, got {type(value).__name__}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
@@ -17,7 +19,7 @@ def integer(name: str, value, minimum: int | None = None, maximum: int | None = 
 
 def number(name: str, value, minimum: float | None = None, maximum: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        raise RequestTypeError(f"{name} must be a number, got {type(value).__name__}")
     value = float(value)
     if math.isnan(value):
         raise ValueError(f"{name} must not be NaN")
@@ -30,5 +32,5 @@ def number(name: str, value, minimum: float | None = None, maximum: float | None
 
 def flag(name: str, value) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        raise RequestTypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value

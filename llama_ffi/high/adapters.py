@@ -21,6 +21,7 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
+from llama_ffi.high.errors import RequestTypeError
 from llama_ffi.high.model import Model, check_gguf_file
 
 ADAPTER_TYPE_KEY = "adapter.type"
@@ -162,7 +163,7 @@ def control_vector(spec, n_embd: int, n_layer: int) -> ControlVector | None:
     if spec is None or isinstance(spec, ControlVector):
         return spec
     if not isinstance(spec, Mapping):
-        raise TypeError("control_vector must be a dict with 'data' or 'files' (or a ControlVector)")
+        raise RequestTypeError("control_vector must be a dict with 'data' or 'files' (or a ControlVector)")
     unknown = set(spec) - {"data", "files", "layer_start", "layer_end"}
     if unknown or ("data" in spec) == ("files" in spec):
         raise ValueError(
@@ -292,7 +293,7 @@ class Adapters:
             loras = self.default.loras
         else:
             if isinstance(active_loras, (str, Mapping)) or not isinstance(active_loras, Sequence):
-                raise TypeError('active_loras must be a list of {"name": ..., "scale": ...} dicts')
+                raise RequestTypeError('active_loras must be a list of {"name": ..., "scale": ...} dicts')
             picked = []
             for item in active_loras:
                 if not isinstance(item, Mapping) or "name" not in item or set(item) - {"name", "scale"}:

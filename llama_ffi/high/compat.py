@@ -15,6 +15,7 @@ import numpy as np
 
 from llama_ffi import lib
 from llama_ffi.high._checks import flag, integer
+from llama_ffi.high.errors import RequestTypeError
 
 # llama-cpp-python's -1 seed: a random one (llama.cpp's LLAMA_DEFAULT_SEED).
 RANDOM_SEED = -1
@@ -92,7 +93,7 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{name} is not supported: {alternative}")
         kwargs.pop(name, None)
     if kwargs:
-        raise TypeError(f"Llama() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+        raise RequestTypeError(f"Llama() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
     return ours
 
 
@@ -203,7 +204,7 @@ def sampling_params(default_seed: int, last_n_tokens_size: int, seed: int | None
         kw["temperature"] = temp
     unknown = sorted(set(kw) - set(SamplingParams.__dataclass_fields__))
     if unknown:
-        raise TypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
+        raise RequestTypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
     return SamplingParams(seed=default_seed if seed is None else seed_value(seed), **kw)
 
 

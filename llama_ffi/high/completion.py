@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from llama_ffi.high.compat import completion_options as compat_options
+from llama_ffi.high.errors import RequestTypeError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.infill import prompt_tokens as infill_tokens
 from llama_ffi.high.multimodal import MediaPrompt
@@ -41,7 +42,7 @@ def normalize_stop(stop: str | Sequence[str] | None) -> list[str]:
     out = []
     for s in stop:
         if not isinstance(s, str):
-            raise TypeError(f"stop must be str or a list of str, got {type(s).__name__}")
+            raise RequestTypeError(f"stop must be str or a list of str, got {type(s).__name__}")
         if s:
             out.append(s)
     return out
@@ -61,9 +62,9 @@ def prompt_list(prompt) -> list | None:
     if all(isinstance(p, Sequence) and not isinstance(p, (str, bytes)) for p in items):
         for i, p in enumerate(items):
             if not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-                raise TypeError(f"prompt[{i}] must be a list of token ids (ints)")
+                raise RequestTypeError(f"prompt[{i}] must be a list of token ids (ints)")
         return [list(p) for p in items]
-    raise TypeError("a list of prompts must be all strings or all token lists, not a mix")
+    raise RequestTypeError("a list of prompts must be all strings or all token lists, not a mix")
 
 
 def check_n(n) -> int:
@@ -119,11 +120,11 @@ def prepare(
             llm.spm_infill,
         )
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise TypeError("max_tokens must be an int or None")
+        raise RequestTypeError("max_tokens must be an int or None")
     if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= llm.n_vocab):
         raise ValueError(f"logprobs must be an int in 0..n_vocab, got {logprobs!r}")
     if grammar is not None and not isinstance(grammar, LlamaGrammar):
-        raise TypeError("grammar must be a LlamaGrammar")
+        raise RequestTypeError("grammar must be a LlamaGrammar")
     prompts = prompt_list(prompt)  # None: one prompt
     n = check_n(n)
     pairs = [prompt_tokens(llm, p, echo) for p in (prompts or [prompt])]

@@ -14,6 +14,7 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi.high.batch import Batch
+from llama_ffi.high.errors import RequestTypeError
 
 NORM_NONE, NORM_MAX_INT16, NORM_TAXICAB, NORM_EUCLIDEAN = -1, 0, 1, 2
 
@@ -46,10 +47,10 @@ def check_inputs(inputs) -> list[str]:
     if isinstance(inputs, str):
         return [inputs]
     if not isinstance(inputs, (list, tuple)):
-        raise TypeError(f"input must be a str or a list of str, got {type(inputs).__name__}")
+        raise RequestTypeError(f"input must be a str or a list of str, got {type(inputs).__name__}")
     for i, x in enumerate(inputs):
         if not isinstance(x, str):
-            raise TypeError(f"input {i} is {type(x).__name__}, not str")
+            raise RequestTypeError(f"input {i} is {type(x).__name__}, not str")
     return list(inputs)
 
 
@@ -219,7 +220,7 @@ def create_embedding(llm, input, model, norm, truncate: bool, output_format: str
 def rank(llm, query: str, documents) -> list[float]:
     _context_and_pooling(llm, need_rank=True)
     if not isinstance(query, str):
-        raise TypeError("query must be a str")
+        raise RequestTypeError("query must be a str")
     docs = check_inputs(list(documents) if not isinstance(documents, str) else documents)
     if not docs:
         return []

@@ -6,6 +6,7 @@ BOS when the model adds one), so the middle it generates is the server's."""
 from __future__ import annotations
 
 from llama_ffi import lib
+from llama_ffi.high.errors import RequestTypeError
 
 PROJECT_HEADER = "myproject\n"  # llama-server's fixed repository name and file name
 FILE_HEADER = "filename\n"
@@ -27,7 +28,7 @@ def prompt_tokens(tokenize, vocab, prefix: str, suffix: str, n_batch: int, n_ctx
     """The infill prompt; ``tokenize(text) -> tokens`` without BOS or special-token parsing;
     ``spm``: suffix before prefix (llama.cpp's --spm-infill)."""
     if not isinstance(prefix, str) or not isinstance(suffix, str):
-        raise TypeError("with suffix=, the prompt (the prefix) and the suffix must be str")
+        raise RequestTypeError("with suffix=, the prompt (the prefix) and the suffix must be str")
     pre, suf, mid = fim_tokens(vocab)
     rep, sep = lib.llama_vocab_fim_rep(vocab), lib.llama_vocab_fim_sep(vocab)
     extra = ([rep, *tokenize(PROJECT_HEADER)] if rep >= 0 else []) + ([sep, *tokenize(FILE_HEADER)] if sep >= 0 else [])

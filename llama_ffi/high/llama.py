@@ -8,221 +8,61 @@ together; single-sequence work (``eval``, ``save_state``) takes the context betw
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 
 from llama_ffi import lib
 from llama_ffi._logging import enable_verbose_logging
-from llama_ffi.high import adapters, compat, completion, embedding, hub, multimodal, state
+from llama_ffi.high import compat, completion, embedding, hub, loading, multimodal, state
 from llama_ffi.high._checks import flag, integer
-from llama_ffi.high.batch import Batch
-from llama_ffi.high.context import ClosedError, Context, ContextParams
-from llama_ffi.high.engine import Counters, Engine, default_slots, results
+from llama_ffi.high.context import ClosedError, Context
+from llama_ffi.high.engine import Engine, results
 from llama_ffi.high.engine.slots import Slot
-from llama_ffi.high.engine.speculation import Speculation
 from llama_ffi.high.grammar import LlamaGrammar
-from llama_ffi.high.main_sequence import MainSequence
-from llama_ffi.high.model import Model, ModelParams
-from llama_ffi.high.sampling import SamplerChain, SamplingParams
-from llama_ffi.high.speculative import SpecConfig, SpeculativeStats, SpeculativeType, create_drafter
-from llama_ffi.high.tokenizer import Tokenizer
+from llama_ffi.high.model import Model
+from llama_ffi.high.sampling import SamplingParams
+from llama_ffi.high.speculative import SpeculativeStats
 
 
 class Llama:
     """A model and one context with llama-cpp-python's API; each capability lives in its module."""
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike,
-        *,
-        n_ctx: int | None = 512,
-        n_batch: int | None = None,
-        n_ubatch: int | None = None,
-        n_threads: int | None = None,
-        n_threads_batch: int | None = None,
-        n_gpu_layers: int | None = None,
-        seed: int = 0xFFFFFFFF,
-        use_mmap: bool | None = None,
-        use_mlock: bool | None = None,
-        vocab_only: bool = False,
-        kv_overrides: Mapping[str, bool | int | float | str] | None = None,
-        type_k: int | str | None = None,
-        type_v: int | str | None = None,
-        flash_attn: bool | None = None,
-        rope_scaling_type: int | None = None,
-        rope_freq_base: float | None = None,
-        rope_freq_scale: float | None = None,
-        yarn_ext_factor: float | None = None,
-        yarn_attn_factor: float | None = None,
-        yarn_beta_fast: float | None = None,
-        yarn_beta_slow: float | None = None,
-        yarn_orig_ctx: int | None = None,
-        embeddings: bool = False,
-        pooling_type: int | None = None,
-        n_seq_max: int | None = None,
-        no_perf: bool | None = None,
-        kv_unified: bool | None = None,
-        progress: bool | None = None,
-        speculative: SpecConfig | None = None,
-        verbose: bool = False,
-        # llama-cpp-python's names (docs/llama-cpp-python.md)
-        embedding: bool | None = None,
-        chat_format: str | None = None,
-        chat_handler=None,
-        logits_all: bool = False,
-        last_n_tokens_size: int = 64,
-        split_mode: int | None = None,
-        main_gpu: int | None = None,
-        tensor_split: Sequence[float] | None = None,
-        rpc_servers: str | Sequence[str] | None = None,
-        offload_kqv: bool | None = None,
-        op_offload: bool | None = None,
-        swa_full: bool | None = None,
-        moe_cache_size: int | None = None,
-        attention_type: int | None = None,
-        numa: bool | int = False,
-        load_mtp: bool | None = None,
-        lora_path: str | os.PathLike | None = None,
-        lora_scale: float = 1.0,
-        mmproj_path: str | os.PathLike | None = None,
-        warmup: bool = False,
-        **legacy,
-    ) -> None:
+    def __init__(self, model_path: str | os.PathLike, **params) -> None:
+        """Load ``model_path`` with ``params``: llama-cpp-python's parameters (``loading.LlamaParams``
+        lists them all, with their defaults), or its other spellings (``compat.init_options``)."""
         self._closed = True
-        self.verbose = verbose
-        legacy_options = compat.init_options(legacy)
-        type_k = legacy_options.get("type_k", type_k)
-        type_v = legacy_options.get("type_v", type_v)
-        if "speculative" in legacy_options:
-            if speculative is not None:
-                raise ValueError("pass either draft_model or speculative, not both")
-            speculative = legacy_options["speculative"]
-        if embedding is not None:
-            embeddings = embeddings or flag("embedding", embedding)
-        mmproj_path, chat_handler, media_handler, self.template_arguments = multimodal.unpack_handler(
-            chat_handler, mmproj_path, legacy_options.get("template_arguments")
-        )  # + chat_handler_kwargs
-        if mmproj_path is not None and speculative is not None:
+        p = loading.params(params)
+        self.verbose = p.verbose
+        mmproj_path, self.chat_handler, media_handler, self.template_arguments = multimodal.unpack_handler(
+            p.chat_handler, p.mmproj_path, p.template_arguments
+        )
+        if mmproj_path is not None and p.speculative is not None:
             raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
-        self.chat_format = chat_format
-        self.chat_handler = chat_handler
-        self.spm_infill = legacy_options.get("spm_infill", False)  # suffix= puts the suffix first
-        self.logits_all = flag("logits_all", logits_all)
-        self.last_n_tokens_size = integer("last_n_tokens_size", last_n_tokens_size, -1)
-        compat.init_numa(numa)
-        if speculative is not None and not isinstance(speculative, SpecConfig):
-            raise TypeError("speculative must be a SpecConfig")
-        if verbose:
+        self.chat_format = p.chat_format
+        self.spm_infill = p.spm_infill  # suffix= puts the suffix first
+        self.logits_all = flag("logits_all", p.logits_all)
+        self.last_n_tokens_size = integer("last_n_tokens_size", p.last_n_tokens_size, -1)
+        compat.init_numa(p.numa)
+        if p.verbose:
             enable_verbose_logging()
-        self.set_seed(seed)
-        if n_seq_max is None and not embeddings:  # slots for many sequences at once (parallel)
-            n_seq_max = default_slots(n_batch)
-            kv_unified = True if kv_unified is None else kv_unified
-        cparams = ContextParams(
-            n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_ubatch=n_ubatch,
-            n_threads=n_threads,
-            n_threads_batch=n_threads_batch,
-            rope_scaling_type=rope_scaling_type,
-            rope_freq_base=rope_freq_base,
-            rope_freq_scale=rope_freq_scale,
-            yarn_ext_factor=yarn_ext_factor,
-            yarn_attn_factor=yarn_attn_factor,
-            yarn_beta_fast=yarn_beta_fast,
-            yarn_beta_slow=yarn_beta_slow,
-            yarn_orig_ctx=yarn_orig_ctx,
-            type_k=type_k,
-            type_v=type_v,
-            flash_attn=flash_attn,
-            embeddings=embeddings,
-            pooling_type=pooling_type,
-            n_seq_max=n_seq_max,
-            no_perf=no_perf,
-            kv_unified=kv_unified,
-            offload_kqv=offload_kqv,
-            op_offload=op_offload,
-            swa_full=swa_full,
-            attention_type=attention_type,
-            moe_cache_size=moe_cache_size,
-        )
-        self.context_params = cparams.to_c()  # validated before the (slow) model load
-        batch_size = self.context_params.n_batch
-        if speculative is not None:
-            speculative.validate(batch_size)
+        self.set_seed(p.seed)
+        self.context_params = p.context_params().to_c()  # validated before the (slow) model load
+        if p.speculative is not None:
+            p.speculative.validate(self.context_params.n_batch)
         self.model_path = str(model_path)
-        # DRAFT_MTP without a separate file runs the target's own NextN blocks: load them too.
-        builtin_mtp = (
-            speculative is not None
-            and speculative.kind == SpeculativeType.DRAFT_MTP
-            and speculative.draft_model_path is None
-        )
-        self._model = Model(
-            model_path,
-            ModelParams(
-                n_gpu_layers=n_gpu_layers,
-                split_mode=split_mode,
-                main_gpu=main_gpu,
-                tensor_split=tensor_split,
-                use_mmap=use_mmap,
-                use_mlock=use_mlock,
-                vocab_only=vocab_only,
-                kv_overrides=kv_overrides,
-                progress=progress,
-                rpc_servers=rpc_servers,
-                device=legacy_options.get("device"),
-                load_mtp=builtin_mtp if load_mtp is None else flag("load_mtp", load_mtp),
-            ),
-        )
-        self.tokenizer = Tokenizer(self._model)
-        self.model_params = self._model.params  # llama-cpp-python's attribute (the C struct)
-        self._context: Context | None = None
-        self.mtmd: multimodal.MtmdContext | None = None
-        self._batch: Batch | None = None
-        self.speculative = speculative
-        self.counters = Counters()
-        self.engine: Engine | None = None  # None only with vocab_only (no context)
-        self.main_sequence: MainSequence | None = None
-        # Steps of the engine and single-sequence work take turns on the context.
-        self.lock = threading.Lock()
-        drafters = None
-        if not vocab_only:
-            try:
-                self._context = Context(self._model, cparams)
-                if speculative is not None:
-                    drafters = create_drafter(speculative, self._model, self._context)
-            except BaseException:
-                if self._context is not None:
-                    self._context.close()
-                self._model.close()
-                raise
-            self._batch = Batch(self._context.n_batch)
-            self.mtmd = (
-                None
-                if mmproj_path is None
-                else multimodal.MtmdContext(
-                    self._model, mmproj_path, n_threads, use_gpu=n_gpu_layers != 0, handler=media_handler
-                )
-            )
-            self.adapters = adapters.Adapters(self._model)
-            if lora_path is not None:
-                self.adapters.load(Path(lora_path).stem, lora_path)
-                self.adapters.default = self.adapters.select(
-                    [{"name": Path(lora_path).stem, "scale": lora_scale}], None
-                )
+        self.speculative = p.speculative
+        self._parts = parts = loading.load(model_path, p, mmproj_path, media_handler)
+        self._model, self.tokenizer, self.counters = parts.model, parts.tokenizer, parts.counters
+        self.lock = parts.lock
+        self.model_params = parts.model.params  # llama-cpp-python's attribute (the C struct)
+        self._context, self._batch, self.mtmd = parts.context, parts.batch, parts.mtmd
+        self.adapters, self.main_sequence = parts.adapters, parts.main_sequence
+        self.engine: Engine | None = parts.engine  # None only with vocab_only (no context)
+        if self._context is not None:
             self.context_params.n_ctx = self._context.n_ctx  # 0 meant "the model's": say which
-            speculation = None if drafters is None else Speculation(speculative, drafters, self._context)
-            self.engine = Engine(
-                self._context, self._batch, self.tokenizer, self.adapters, self.lock, self.counters, speculation
-            )
-            self.main_sequence = MainSequence(
-                self._context, self._batch, self.engine, self.tokenizer, self.counters, self.logits_all
-            )
         self._closed = False
-        if warmup and self._context is not None:
+        if p.warmup and self._context is not None:
             self.warm_up()
 
     @classmethod
@@ -244,19 +84,8 @@ class Llama:
         """Free the model and its context, after the requests in flight end (streams end at once)."""
         if self._closed:
             return
-        if self.engine is not None:
-            self.engine.close()
         self._closed = True
-        if self.engine is not None and self.engine.speculation is not None:
-            self.engine.speculation.close()
-        if self._batch is not None:
-            self._batch.close()
-        if self.mtmd is not None:
-            self.mtmd.close()  # before the model it was made for
-        if self._context is not None:
-            self._context.close()
-            self.adapters.close()  # before the model, which frees what is left of them
-        self._model.close()
+        self._parts.close()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
@@ -452,22 +281,8 @@ class Llama:
         token (``idx``: of that cached position, with ``logits_all=True``)."""
         compat.completion_options(sampling)
         with self.single():
-            params = self.sampling_params(**sampling)
-            chain = SamplerChain(params, self._model.vocab_ptr, self.n_vocab, self.n_ctx, grammar)
-            try:
-                chain.accept_prompt(self.tokens)
-                output = -1
-                if idx is not None and idx != len(self.tokens) - 1:
-                    raise ValueError(
-                        f"idx={idx}: only the last evaluated position ({len(self.tokens) - 1}) "
-                        "has logits in the context; read others from llm.scores"
-                    )
-                for proc in _as_list(logits_processor):
-                    logits = self.context.logits(output)
-                    np.copyto(logits, proc(self.input_ids, logits))
-                return chain.sample(self.context.ptr, output)
-            finally:
-                chain.close()
+            params, processors = self.sampling_params(**sampling), _as_list(logits_processor)
+            return self.main_sequence.sample(params, grammar, processors, idx, self.n_ctx)
 
     def generate(
         self,
@@ -487,14 +302,16 @@ class Llama:
         compat.completion_options(sampling)
         if not flag("reset", reset):
             tokens = self.tokens + list(tokens)
+        adapters = self.adapters.select(active_loras, control_vector)
+        processors, criteria = _as_list(logits_processor), _as_list(stopping_criteria)
         settings = completion.GenerationSettings(
-            max_tokens=max_tokens,
-            stop=[],
-            sampling=self.sampling_params(**sampling),
-            grammar=grammar,
-            logits_processor=_as_list(logits_processor),
-            stopping_criteria=_as_list(stopping_criteria),
-            adapters=self.adapters.select(active_loras, control_vector),
+            max_tokens,
+            [],
+            self.sampling_params(**sampling),
+            grammar,
+            logits_processor=processors,
+            stopping_criteria=criteria,
+            adapters=adapters,
             logits_all=self.logits_all,
         )
         return results.tokens(results.Call(self, [list(tokens)], 1, settings, [""], self.model_path, streamed=True))

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from llama_ffi import lib
 from llama_ffi.high import multimodal
 from llama_ffi.high.context import ContextLengthError
 from llama_ffi.high.engine.slots import Slot
+from llama_ffi.high.sampling import SamplerChain, SamplingParams
 
 
 class MainSequence:
@@ -81,3 +84,22 @@ class MainSequence:
         self.decode(tokens, 0)
         self.engine.slots.forget_all()
         self.counters.evaluated = evaluated
+
+    def sample(self, params: SamplingParams, grammar, processors: list, idx: int | None, n_ctx: int) -> int:
+        """One token from the logits of the last evaluated position, with a fresh sampler chain that
+        has seen the cached tokens (``Llama.sample``)."""
+        tokens = self.slot.tokens
+        if idx is not None and idx != len(tokens) - 1:
+            raise ValueError(
+                f"idx={idx}: only the last evaluated position ({len(tokens) - 1}) "
+                "has logits in the context; read others from llm.scores"
+            )
+        chain = SamplerChain(params, self.context.model.vocab_ptr, self.context.n_vocab, n_ctx, grammar)
+        try:
+            chain.accept_prompt(tokens)
+            for proc in processors:
+                logits = self.context.logits(-1)
+                np.copyto(logits, proc(np.asarray(tokens, dtype=np.intc), logits))
+            return chain.sample(self.context.ptr, -1)
+        finally:
+            chain.close()

@@ -14,6 +14,7 @@ from llama_ffi import ffi, lib, rpc
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.devices import device_by_name
 from llama_ffi.high._checks import flag, integer, number
+from llama_ffi.high.errors import RequestTypeError
 from llama_ffi.high.validate import check_model_file
 
 GGUF_MAGIC = b"GGUF"
@@ -45,7 +46,9 @@ class ModelParams:
             integer("main_gpu", self.main_gpu, 0)
         if self.device is not None:
             if not isinstance(self.device, str):
-                raise TypeError(f"device must be a ggml device name (a str) or None, got {type(self.device).__name__}")
+                raise RequestTypeError(
+                    f"device must be a ggml device name (a str) or None, got {type(self.device).__name__}"
+                )
             if self.rpc_servers is not None:
                 raise ValueError("pass either device or rpc_servers: the workers' devices are the model's devices")
         if self.tensor_split is not None:
@@ -63,7 +66,7 @@ class ModelParams:
             if not isinstance(key, str) or not key or len(key.encode()) >= 128:
                 raise ValueError(f"kv_overrides key must be a non-empty str under 128 bytes: {key!r}")
             if not isinstance(value, (bool, int, float, str)):
-                raise TypeError(f"kv_overrides[{key!r}] must be bool, int, float or str")
+                raise RequestTypeError(f"kv_overrides[{key!r}] must be bool, int, float or str")
             if isinstance(value, str) and len(value.encode()) >= 128:
                 raise ValueError(f"kv_overrides[{key!r}]: string values must be under 128 bytes")
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from llama_ffi import ffi, lib
 from llama_ffi.high._checks import integer, number
+from llama_ffi.high.errors import RequestTypeError
 
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
 
@@ -75,7 +76,7 @@ class SamplingParams:
         if isinstance(self.dry_sequence_breakers, str) or not all(
             isinstance(b, str) and b for b in self.dry_sequence_breakers
         ):
-            raise TypeError("dry_sequence_breakers must be a sequence of non-empty strings")
+            raise RequestTypeError("dry_sequence_breakers must be a sequence of non-empty strings")
         integer("seed", self.seed, 0, 0xFFFFFFFF)
         for tok, bias in (self.logit_bias or {}).items():
             integer("logit_bias token", tok, 0, n_vocab - 1)

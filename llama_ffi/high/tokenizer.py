@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable, Sequence
 
 from llama_ffi import ffi, lib
+from llama_ffi.high.errors import RequestTypeError
 
 
 class Tokenizer:
@@ -38,7 +39,7 @@ class Tokenizer:
         elif isinstance(text, (bytes, bytearray)):
             data = bytes(text)
         else:
-            raise TypeError(f"text must be str or bytes, got {type(text).__name__}")
+            raise RequestTypeError(f"text must be str or bytes, got {type(text).__name__}")
         vocab = self._vocab
         capacity = len(data) + 2
         buf = ffi.new("llama_token[]", capacity)
@@ -55,7 +56,7 @@ class Tokenizer:
         n_vocab = self.n_vocab
         for i, t in enumerate(tokens):
             if isinstance(t, bool) or not isinstance(t, int):
-                raise TypeError(f"token {i} is {type(t).__name__}, not int")
+                raise RequestTypeError(f"token {i} is {type(t).__name__}, not int")
             if not 0 <= t < n_vocab:
                 raise ValueError(f"token {i} ({t}) is outside the vocabulary (0..{n_vocab - 1})")
 

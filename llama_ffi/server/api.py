@@ -102,7 +102,7 @@ class Served:
 
     @property
     def n_slots(self) -> int:
-        return len(self.llm.engine.slots.slots)
+        return len(self.llm.engine.status().slots)
 
     @contextlib.contextmanager
     def ticket(self):
@@ -383,8 +383,8 @@ def _piece(data: bytes):
 def _slots(llm) -> list[dict]:
     n_ctx = int(llm.n_ctx)
     return [
-        {"id": s.seq, "n_ctx": n_ctx, "is_processing": s.owner is not None, "n_cached_tokens": len(s.tokens)}
-        for s in llm.engine.slots.slots
+        {"id": s.seq, "n_ctx": n_ctx, "is_processing": s.processing, "n_cached_tokens": s.cached_tokens}
+        for s in llm.engine.status().slots
     ]
 
 

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from llama_ffi.high.context import ClosedError, ContextLengthError
+from llama_ffi.high.errors import RequestTypeError
 
 log = logging.getLogger("llama_ffi.server")
 
@@ -57,13 +58,15 @@ class ApiError(Exception):
 
 
 def from_library(error: BaseException) -> ApiError:
-    """An exception raised by the Llama for a request: what is wrong with the request (400), the
-    Llama closing (503), or a defect (500, logged, not shown)."""
+    """An exception raised by the Llama for a request, by its type: what is wrong with the request
+    (the library's checks raise ``ValueError`` or ``RequestTypeError``: 400), the Llama closing
+    (503), or anything else, a defect (500, logged, not shown: a ``TypeError`` or ``KeyError`` of a
+    bug is not the client's fault)."""
     if isinstance(error, ApiError):
         return error
-    if isinstance(error, (ValueError, TypeError, KeyError)):
-        message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-        return ApiError(400, message, code="context_length_exceeded" if isinstance(error, ContextLengthError) else None)
+    if isinstance(error, (ValueError, RequestTypeError)):
+        code = "context_length_exceeded" if isinstance(error, ContextLengthError) else None
+        return ApiError(400, str(error), code=code)
     if isinstance(error, ClosedError):
         return ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})
     log.error("request failed", exc_info=error)

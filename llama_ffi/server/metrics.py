@@ -26,19 +26,19 @@ class Metrics:
         self.n_tokens_max = max(self.n_tokens_max, usage.get("total_tokens", 0))
 
     def prometheus(self, llm, in_flight: int) -> str:
-        engine = llm.engine
-        stats = engine.stats
-        processing = sum(s.owner is not None for s in engine.slots.slots)
-        steps = stats.prompt_steps + stats.generation_steps if stats else 0
+        status = llm.engine.status()
+        stats = status.stats
+        processing = status.processing
+        steps = stats.prompt_steps + stats.generation_steps
         counters = [
             ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", self.prompt_tokens),
             ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", self.prompt_tokens_cached),
-            ("prompt_seconds_total", "Total time spent processing prompts", stats.prompt_s if stats else 0.0),
+            ("prompt_seconds_total", "Total time spent processing prompts", stats.prompt_s),
             ("tokens_predicted_total", "Number of generation tokens processed", self.tokens_predicted),
             (
                 "tokens_predicted_seconds_total",
                 "Total time spent generating tokens",
-                stats.generation_s if stats else 0.0,
+                stats.generation_s,
             ),
             ("n_decode_total", "Total number of decode steps", steps),
             ("n_tokens_max", "Largest observed sequence length (prompt + generation)", self.n_tokens_max),
@@ -48,19 +48,19 @@ class Metrics:
             (
                 "prompt_tokens_seconds",
                 "Average prompt throughput in tokens/s",
-                stats.prompt_tokens / stats.prompt_s if stats and stats.prompt_s else 0.0,
+                stats.prompt_tokens / stats.prompt_s if stats.prompt_s else 0.0,
             ),
             (
                 "predicted_tokens_seconds",
                 "Average generation throughput in tokens/s",
-                stats.generated_tokens / stats.generation_s if stats and stats.generation_s else 0.0,
+                stats.generated_tokens / stats.generation_s if stats.generation_s else 0.0,
             ),
             ("requests_processing", "Number of requests processing", processing),
-            ("requests_deferred", "Number of requests deferred", max(in_flight - processing, 0)),
+            ("requests_deferred", "Number of requests deferred", max(in_flight - processing, status.waiting)),
             (
                 "n_busy_slots_per_decode",
                 "Average number of busy slots per decode step",
-                stats.generated_tokens / stats.generation_steps if stats and stats.generation_steps else 0.0,
+                stats.generated_tokens / stats.generation_steps if stats.generation_steps else 0.0,
             ),
         ]
         lines = []

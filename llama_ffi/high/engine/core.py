@@ -15,6 +15,7 @@ between two steps (``exclusive()``): the loop waits while such a caller holds th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import threading
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from llama_ffi.high.engine.admission import Admission, copy_of
 from llama_ffi.high.engine.request import Request, RequestCancelled
 from llama_ffi.high.engine.slots import SlotTable
 from llama_ffi.high.engine.speculation import Speculation
-from llama_ffi.high.engine.stats import Counters, EngineStats
+from llama_ffi.high.engine.stats import Counters, EngineStats, EngineStatus, SlotStatus
 from llama_ffi.high.engine.step import Stepper
 from llama_ffi.high.engine.work import Work
 from llama_ffi.high.multimodal.prompt import MediaPrompt
@@ -91,6 +92,13 @@ class Engine:
 
     def busy(self) -> bool:
         return bool(self._incoming) or self.work.busy()
+
+    def status(self) -> EngineStatus:
+        """Slots, waiting requests and running totals, as of now (read without stopping the loop)."""
+        slots = tuple(SlotStatus(s.seq, s.owner is not None, len(s.tokens)) for s in self.slots.slots)
+        with self._cond:
+            waiting = len(self._incoming) + len({id(g.request) for g in list(self.work.waiting)})
+        return EngineStatus(slots, waiting, dataclasses.replace(self.stats), self.counters.evaluated)
 
     @contextlib.contextmanager
     def exclusive(self, main: bool = True, idle: bool = False):

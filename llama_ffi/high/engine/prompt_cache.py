@@ -22,6 +22,7 @@ from pathlib import Path
 
 from llama_ffi.high import state as state_format
 from llama_ffi.high.engine.slots import served_prefix
+from llama_ffi.high.errors import RequestTypeError
 
 logger = logging.getLogger("llama_ffi")
 
@@ -230,6 +231,6 @@ class LlamaDiskCache(LlamaCache):
 def install(llm, cache: LlamaCache | None) -> None:
     """``Llama.set_cache``: the engine's slots keep what they lose in ``cache``."""
     if cache is not None and not isinstance(cache, LlamaCache):
-        raise TypeError("set_cache takes a LlamaRAMCache, a LlamaDiskCache or None")
+        raise RequestTypeError("set_cache takes a LlamaRAMCache, a LlamaDiskCache or None")
     with llm.single():
         llm.engine.slots.cache = cache

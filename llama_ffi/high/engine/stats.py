@@ -28,3 +28,25 @@ class EngineStats:
     def generation_tps(self) -> float:
         """Aggregate tokens/s of the steps that carried only generated tokens."""
         return self.generated_tokens / self.generation_s if self.generation_s else float("nan")
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotStatus:
+    seq: int
+    processing: bool  # a choice generates in it, or its prompt is being evaluated
+    cached_tokens: int  # positions its part of the KV cache holds
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineStatus:
+    """What the outside reads of an engine (``Engine.status()``: the server's ``/slots`` and
+    ``/metrics``): its slots, the requests waiting for one, and a copy of the running totals."""
+
+    slots: tuple[SlotStatus, ...]
+    waiting: int  # requests submitted and not admitted yet
+    stats: EngineStats
+    evaluated: int  # tokens decoded so far, single-sequence work included
+
+    @property
+    def processing(self) -> int:
+        return sum(s.processing for s in self.slots)

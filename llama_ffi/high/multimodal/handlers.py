@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from llama_ffi.high.errors import RequestTypeError
 from llama_ffi.high.validate import open_header
 
 # GGUF keys naming the projector: one for a single-modality file, one per modality otherwise.
@@ -44,7 +45,7 @@ class MTMDChatHandler:
     ) -> None:
         path = clip_model_path if clip_model_path is not None else mmproj_path
         if path is None:
-            raise TypeError(f"{type(self).__name__} needs clip_model_path (the mmproj GGUF)")
+            raise RequestTypeError(f"{type(self).__name__} needs clip_model_path (the mmproj GGUF)")
         self.mmproj_path = Path(path)
         self.verbose = verbose
         for name, value in (("image_min_tokens", image_min_tokens), ("image_max_tokens", image_max_tokens)):
