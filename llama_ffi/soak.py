@@ -13,8 +13,9 @@ thread whose streams are cancelled part-way or read to the end; and a corrupter 
 files on disk (cut short, bytes flipped or appended). The run ends after ``minutes`` or, when
 given, after ``requests`` requests.
 Every greedy answer is compared with the same request run alone before the soak: identical, or
-first different where the alone run's top-2 margin is below the near-tie bound measured on this
-machine. At the end, ``close()`` is called with requests in flight. Reported: requests, tokens/s,
+first different where the token taken is within the near-tie bound measured on this machine of
+the one taken alone (``near_tie``, the test suite's rule). At the end, ``close()`` is called with
+requests in flight. Reported: requests, tokens/s,
 wrong answers (must be 0), unexpected errors (must be 0), near ties, RSS (after the first fifth
 and at the end), latency p50/p99.
 """
@@ -34,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from llama_ffi import near_tie
+
 N_TOKENS = 24
-LAYOUT = 1.0  # logits: how far a sequence's cells among others' move its logits (README, Numbers)
-FLOOR = 0.05
 # Prompts whose greedy continuations are confident (lists, counting, code, a quote to finish):
 # near ties are rare, so a wrong cache shows as a wrong answer rather than passing as a near tie.
 PROMPTS = [
@@ -66,23 +67,10 @@ def prompt_of(i: int) -> str:
 
 @dataclasses.dataclass
 class Reference:
-    """A greedy answer alone: its text, its tokens' pieces, and the top-2 margin of each step."""
+    """A greedy answer alone: its text and its steps (``near_tie.Step``: the candidates of each token)."""
 
     text: str
-    pieces: list[bytes]
-    margins: list[float]
-
-    def step_at(self, got: str) -> int:
-        """The step whose token ``got`` first departs from (its text may be the pieces stripped)."""
-        p = next((k for k, (a, b) in enumerate(zip(got, self.text)) if a != b), min(len(got), len(self.text)))
-        joined = b"".join(self.pieces).decode("utf-8", "replace")
-        start = max(joined.find(self.text), 0) if self.text else 0
-        target, end = len(joined[: start + p].encode()), 0
-        for i, piece in enumerate(self.pieces):
-            end += len(piece)
-            if end > target:
-                return i
-        return len(self.pieces)
+    steps: list
 
 
 @dataclasses.dataclass
@@ -116,7 +104,7 @@ class Report:
             "tokens_per_s": self.tokens / seconds,
             "wrong": len(self.wrong),
             "near_ties": self.near_ties,
-            "near_tie_margin_max": max(self.near_tie_margins, default=0.0),
+            "near_tie_gap_max": max(self.near_tie_margins, default=0.0),
             "unexpected_errors": len(self.unexpected),
             "expected_errors": self.expected_errors,
             "corruptions": self.corruptions,
@@ -134,24 +122,6 @@ class Report:
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def measured_bound(llm) -> float:
-    """Twice the largest difference between a last token's logits decoded within a batch and
-    decoded alone after the same cells (batches of 40 to 130 tokens here), or ``LAYOUT``, plus FLOOR."""
-    tokens = llm.tokenize(" ".join(prompt_of(i) for i in range(len(PROMPTS))))
-    gap = 0.0
-    for k in (40, 80, min(130, len(tokens))):
-        llm.reset()
-        llm.eval(tokens[:k])
-        batch = llm.logits().copy()
-        llm.reset()
-        llm.eval(tokens[: k - 1])
-        llm.eval(tokens[k - 1 : k])
-        top = np.argpartition(-batch, 16)[:16]
-        gap = max(gap, float(np.abs(batch[top] - llm.logits()[top]).max()))
-    llm.reset()
-    return 2.0 * max(gap, LAYOUT) + FLOOR
 
 
 def control_vectors(llm) -> list:
@@ -191,20 +161,9 @@ class Soak:
 
     # ---- references ------------------------------------------------------------------------------
     def _alone(self, call) -> Reference:
-        margins: list[float] = []
-        tokens: list[int] = []
-
-        def record(ids, logits):
-            top2 = np.argpartition(-logits, 1)[:2]
-            first, second = sorted(top2, key=lambda t: -logits[t])
-            margins.append(float(logits[first] - logits[second]))
-            tokens.append(int(first))
-            return logits
-
+        record = near_tie.StepRecorder()
         self.llm.reset()
-        text = call(record)
-        pieces = [self.llm.tokenizer.piece(t) for t in tokens[: len(margins)]]
-        return Reference(text, pieces, margins)
+        return Reference(call(record), record.steps)
 
     def references(self) -> None:
         llm = self.llm
@@ -241,18 +200,21 @@ class Soak:
 
     # ---- checking --------------------------------------------------------------------------------
     def check(self, what: str, got: str, want: Reference) -> None:
-        """Identical, or first different where ``want``'s margin is below the bound."""
+        """Identical, or first different at a near tie (``near_tie``: the token taken instead is
+        within the bound measured on this machine of the one taken alone)."""
         if got == want.text:
             return
-        i = want.step_at(got)
-        if i < len(want.margins) and want.margins[i] < self.report.bound:
+        joined = b"".join(self.llm.tokenizer.piece(step[0]) for step in want.steps)
+        lead = joined[: len(joined) - len(joined.lstrip())]  # a chat's content may drop it
+        text = got.encode() if want.text.encode().startswith(lead) else lead + got.encode()
+        i, gap = near_tie.text_divergence(self.llm, want.steps, text)
+        if gap < self.report.bound:
             with self._lock:
                 self.report.near_ties += 1
-                self.report.near_tie_margins.append(round(want.margins[i], 3))
+                self.report.near_tie_margins.append(round(gap, 3))
             return
-        margin = want.margins[i] if i < len(want.margins) else float("nan")
         with self._lock:
-            self.report.wrong.append(f"{what}: {got!r} vs alone {want.text!r} (token {i}, margin {margin:.3f})")
+            self.report.wrong.append(f"{what}: {got!r} vs alone {want.text!r} (token {i}, taken {gap:.3f} below)")
 
     def going(self) -> bool:
         """Before the deadline, and short of the number of requests when one was given."""
@@ -409,7 +371,7 @@ class Soak:
 
     # ---- the run ---------------------------------------------------------------------------------
     def run(self) -> Report:
-        self.report.bound = measured_bound(self.llm)
+        self.report.bound = near_tie.parallel_bound(self.llm)
         self.references()
         started = time.perf_counter()
         self._deadline = started + self.minutes * 60

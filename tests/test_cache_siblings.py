@@ -10,11 +10,11 @@ import random
 
 import numpy as np
 import pytest
-from near_tie import assert_same_or_near_tie, parallel_bound
 from test_engine import run_threads
 
 from llama_ffi.high import Llama, LlamaDiskCache
 from llama_ffi.high.batch import Batch
+from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
 
 PREAMBLES = [
     "The museum opens at nine and closes at five. Tickets are sold at the entrance hall.",

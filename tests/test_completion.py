@@ -15,11 +15,11 @@ import reference_tools
 from conftest import REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from near_tie import assert_same_or_near_tie
 
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.text_output import StopMatcher
 from llama_ffi.high.tokenizer import TextStream
+from llama_ffi.near_tie import assert_same_or_near_tie
 
 STORY = "Write a short story about a robot:"
 

@@ -4,12 +4,13 @@ event loop closed fails no one else, and close() ends the loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 
-from near_tie import assert_same_or_near_tie, parallel_bound
 from test_engine import run_threads
 
 from llama_ffi.high import Llama
+from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
 
 GREEDY = dict(temperature=0.0)
 LONG = "Write a long story about a lighthouse keeper and the sea."
@@ -77,3 +78,31 @@ def test_status_counts_every_generated_token_accepted_drafts_included(smollm2_pa
         assert generated == out["usage"]["completion_tokens"] - 1
         assert after.evaluated > before.evaluated
         assert any(s.cached_tokens > 0 for s in after.slots) and after.processing == 0
+
+
+def test_cancelling_a_request_stops_the_decode_of_its_prompt(smollm2_path):
+    """A task cancelled while its long prompt is being decoded stops that decode (the context's
+    abort flag; llama.cpp then rolls the batch's cells back): its slot never holds the whole
+    prompt, which it would after a decode run to its end, and the Llama serves on."""
+    import time
+
+    with Llama(smollm2_path, n_ctx=4096, n_batch=4096, n_ubatch=256, n_threads=2, progress=False) as llm:
+        prompt = llm.tokenize(" ".join(f"item {i}," for i in range(1200)))[:3800]
+        engine = llm.engine
+
+        async def cancel_mid_decode() -> None:
+            task = asyncio.ensure_future(llm.acreate_completion(prompt, max_tokens=4, **GREEDY))
+            deadline = time.monotonic() + 60
+            while not engine.stepper.decoding and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert engine.stepper.decoding, "the prompt's decode never started"
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancel_mid_decode())
+        while engine.busy():
+            time.sleep(0.01)
+        held = max(s.cached_tokens for s in engine.status().slots)
+        assert held < len(prompt)
+        assert llm("Hello", max_tokens=4, **GREEDY)["usage"]["completion_tokens"] == 4

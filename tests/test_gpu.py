@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from near_tie import assert_same_or_near_tie, bound_across
 
 import llama_ffi
+from llama_ffi.near_tie import assert_same_or_near_tie, bound_across
 
 GPU_BACKENDS = {"Vulkan", "CUDA", "HIP", "ROCm", "Metal", "SYCL", "MUSA", "OpenCL", "CANN"}
 PROMPT = "The capital of France is"

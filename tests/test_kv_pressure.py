@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 
-from near_tie import assert_same_or_near_tie, parallel_bound
 from test_engine import run_threads
 
 from llama_ffi.high import Llama
+from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
 
 GREEDY = {"temperature": 0.0}
 SUBJECTS = [

@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 
 import minilm
-import near_tie
 import numpy as np
 import pytest
 
-from llama_ffi import Llama, LlamaGrammar  # was: from llama_cpp import Llama, LlamaGrammar
+from llama_ffi import Llama, LlamaGrammar, near_tie  # was: from llama_cpp import Llama, LlamaGrammar
 from llama_ffi.llama_speculative import LlamaPromptLookupDecoding, SpecConfig, SpeculativeType
 
 

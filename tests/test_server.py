@@ -11,12 +11,13 @@ import threading
 import time
 
 import httpx
-import near_tie
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import ServerProcess
+
+from llama_ffi import near_tie
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
@@ -838,3 +839,18 @@ def test_errors_map_by_the_library_s_own_types():
     for defect in (TypeError("'NoneType' object is not subscriptable"), KeyError("slot"), RuntimeError("x")):
         error = from_library(defect)
         assert error.status == 500 and "subscriptable" not in error.message and "slot" not in error.message
+
+
+def test_every_result_names_the_served_model(client):
+    """The library makes each shape with the model name the server passes in (nothing rewrites it)."""
+    name = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert client.completions.create(model=name, prompt="Hi", max_tokens=2).model == name
+    assert all(c.model == name for c in client.completions.create(model=name, prompt="Hi", max_tokens=2, stream=True))
+    messages = [{"role": "user", "content": "Hi"}]
+    assert client.chat.completions.create(model=name, messages=messages, max_tokens=2).model == name
+    chunks = list(
+        client.chat.completions.create(
+            model=name, messages=messages, max_tokens=2, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert all(c.model == name for c in chunks) and chunks[-1].usage.completion_tokens >= 1

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
 from tiny_mtp import TinyMtpConfig, write_gguf
 
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType, window
+from llama_ffi.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
 
 N_CTX = 256
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from near_tie import assert_same_or_near_tie, bound_across
+
+from llama_ffi.near_tie import assert_same_or_near_tie, bound_across
 
 pytestmark = pytest.mark.wheel
 
@@ -176,7 +177,7 @@ from llama_ffi.registry import fetch
 llm = Llama(str(fetch()), n_ctx=256, progress=False)
 out = llm.create_completion({prompt!r}, max_tokens={n}, temperature=0.0)
 sys.path.insert(0, {tests!r})
-from near_tie import stepwise_logits
+from llama_ffi.near_tie import stepwise_logits
 np.save("logits.npy", stepwise_logits(llm))
 print(json.dumps({{"text": out["choices"][0]["text"]}}))
 """

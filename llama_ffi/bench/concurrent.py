@@ -7,6 +7,7 @@ A second line times a short request that arrives while a long one runs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -61,6 +62,23 @@ def ours(llm, n: int, ban: dict) -> float:
     return run_threads(
         [lambda p=p: llm(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban) for p in prompts(llm.n_vocab(), n)]
     )
+
+
+def ours_asyncio(llm, n: int, ban: dict) -> float:
+    """The same requests from n asyncio tasks of one event loop (the server's way in)."""
+    llm.reset()
+
+    async def all_of_them() -> None:
+        await asyncio.gather(
+            *[
+                llm.acreate_completion(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
+                for p in prompts(llm.n_vocab(), n)
+            ]
+        )
+
+    t0 = time.perf_counter()
+    asyncio.run(all_of_them())
+    return time.perf_counter() - t0
 
 
 def batched_bench(binary: Path, model: str, threads: int, n: int) -> float:
@@ -183,6 +201,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> tuple[l
                 {
                     "callers": n,
                     "ffi_s": _median(mine),
+                    "asyncio_s": _median([ours_asyncio(llm, n, ban) for _ in range(repeats)]),
                     "batched_s": _median(native),
                     "server_s": server_run(server, model, threads, n, llm.n_vocab(), repeats)
                     if server
@@ -195,15 +214,15 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> tuple[l
 
 def concurrent_table(rows: list[dict], latency: tuple[float, float]) -> str:
     out = [
-        "| callers | llama-batched-bench s | llama-server s | llama-ffi s | llama-ffi gen t/s | "
-        "batched-bench / llama-ffi | llama-server / llama-ffi |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| callers | llama-batched-bench s | llama-server s | llama-ffi s (threads) | llama-ffi s (asyncio) | "
+        "llama-ffi gen t/s | batched-bench / llama-ffi | llama-server / llama-ffi | asyncio / threads |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         out.append(
             f"| {r['callers']} | {r['batched_s']:.2f} | {r['server_s']:.2f} | {r['ffi_s']:.2f} | "
-            f"{r['callers'] * N_GEN / r['ffi_s']:.1f} | {r['batched_s'] / r['ffi_s']:.2f} | "
-            f"{r['server_s'] / r['ffi_s']:.2f} |"
+            f"{r['asyncio_s']:.2f} | {r['callers'] * N_GEN / r['ffi_s']:.1f} | {r['batched_s'] / r['ffi_s']:.2f} | "
+            f"{r['server_s'] / r['ffi_s']:.2f} | {r['asyncio_s'] / r['ffi_s']:.2f} |"
         )
     out.append("")
     out.append(

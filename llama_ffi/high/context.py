@@ -143,6 +143,10 @@ class DecodeError(RuntimeError):
     pass
 
 
+class DecodeAborted(DecodeError):
+    """A decode stopped by ``Context.abort`` (its request was cancelled): nothing is wrong."""
+
+
 class ContextLengthError(ValueError):
     """A prompt (or what it adds to a cache) needs more cells than a sequence holds."""
 
@@ -162,6 +166,8 @@ class Context:
         self._ptr = ffi.NULL
         cp = params.to_c()
         cp.abort_callback = lib.llama_ffi_abort_requested
+        self.abort_flag = ffi.new("int32_t *")  # raised by abort(): the decode in progress stops
+        cp.abort_callback_data = self.abort_flag
         with capture_errors() as errors:
             ptr = lib.llama_init_from_model(model.ptr, cp)
         model.check_remote()
@@ -206,8 +212,14 @@ class Context:
     def n_seq_max(self) -> int:
         return lib.llama_n_seq_max(self.ptr)
 
+    def abort(self) -> None:
+        """Stop the decode in progress (from another thread): it raises ``DecodeAborted``, with the
+        cells of its ubatches that finished kept (the caller resyncs). The next decode clears it."""
+        self.abort_flag[0] = 1
+
     def decode(self, batch) -> None:
-        """``llama_decode``; Ctrl-C (via the abort callback) raises KeyboardInterrupt."""
+        """``llama_decode``; ``abort()`` from another thread meanwhile raises ``DecodeAborted``."""
+        self.abort_flag[0] = 0
         rc = lib.llama_ffi_decode(self.ptr, batch)  # llama_decode, timed
         if self.remote is not None:
             self.remote.check()
@@ -319,9 +331,8 @@ class Context:
 
 
 def raise_for_decode_status(rc: int) -> None:
-    if rc == DECODE_ABORTED or lib.llama_ffi_sigint_pending():
-        lib.llama_ffi_sigint_clear()
-        raise KeyboardInterrupt
+    if rc == DECODE_ABORTED:
+        raise DecodeAborted("the decode was stopped (Context.abort)")
     if rc == DECODE_NO_KV_SLOT:
         raise DecodeError("no room left in the KV cache for this batch (context full)")
     raise DecodeError(f"llama_decode failed with code {rc}")

@@ -47,7 +47,7 @@ class MainSequence:
             part = list(tokens[i : i + step])
             try:
                 ctx.decode(batch.fill(part, start + i, slot.seq, logits).c)
-            except KeyboardInterrupt:  # the slot keeps what llama.cpp decoded of it
+            except BaseException:  # the slot keeps what llama.cpp decoded of it
                 self.engine.resync(slot)
                 raise
             self.engine.decoded([(slot, part, start + i, 0, self.logits_all)])

@@ -239,7 +239,6 @@ def _routes(app: FastAPI, served: Served) -> None:
             stack.enter_context(served.ticket())
             result = await _call(request, call())
             if not body.stream:
-                result["model"] = served.model_id
                 served.metrics.finished(result.get("usage"))
                 return result
             release = stack.pop_all()
@@ -250,7 +249,7 @@ def _routes(app: FastAPI, served: Served) -> None:
             release.close()
             served.metrics.finished(seen.get("usage"))
 
-        return EventStream(openai_events(result, served.model_id, include_usage, seen, stream_shape), ended)
+        return EventStream(openai_events(result, include_usage, seen, stream_shape), ended)
 
     @app.post("/v1/completions")
     @app.post("/completions")
@@ -258,6 +257,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         body = await parse(request, CompletionRequest)
         llm = served.accept(body)
         kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=16)
+        kwargs["model"] = served.model_id
         if body.logprobs is not None:
             kwargs["logprobs"] = body.logprobs
         if body.echo:
@@ -273,6 +273,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         llm = served.accept(body)
         params.check_media(body.messages, options.media_path)
         kwargs = params.chat_kwargs(llm, body, options.lora_names)
+        kwargs["model"] = served.model_id
         return await generate(
             request, body, lambda: llm.acreate_chat_completion(body.messages, stream=body.stream, **kwargs)
         )
@@ -284,6 +285,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         if body.input_extra:
             raise ApiError(400, "input_extra (repository context) is not supported", "input_extra")
         kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=None)
+        kwargs["model"] = served.model_id
 
         def call():
             return llm.acreate_completion(

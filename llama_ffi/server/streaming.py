@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from llama_ffi.high import shapes
 from llama_ffi.server.errors import ClientGone, sse_error
 
 DONE = b"data: [DONE]\n\n"
@@ -29,7 +30,6 @@ async def close(iterator) -> None:
 
 async def openai_events(
     chunks: AsyncIterator[dict],
-    model: str,
     include_usage: bool,
     seen: dict,
     shape: Callable[[dict], dict] | None = None,
@@ -44,11 +44,10 @@ async def openai_events(
             async for chunk in chunks:
                 if "usage" in chunk:
                     seen["usage"] = chunk.pop("usage")
-                chunk["model"] = model
                 last = chunk
                 yield event(chunk if shape is None else shape(chunk))
             if include_usage and "usage" in seen and last is not None:
-                yield event({**last, "choices": [], "usage": seen["usage"]})
+                yield event(shapes.usage_chunk(last, seen["usage"]))
         except Exception as error:  # noqa: BLE001 - the client sees it as an event; the server goes on
             yield sse_error(error)
         yield DONE

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from llama_ffi import ffi, lib
+from llama_ffi.high import shapes
 from llama_ffi.high.chat import media_parts
 from llama_ffi.high.chat import tools as tool_calls
 from llama_ffi.high.chat.formats import format_with_builtin
@@ -138,16 +139,6 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
 MEDIA_MARKER = "<__media__>"  # mtmd's default, for messages checked without an mmproj
 
 
-def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None, index: int = 0) -> dict:
-    return {
-        "id": cid,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
-
-
 def plan_chat(
     llm,
     messages,
@@ -239,7 +230,7 @@ def plan_chat(
         parse_calls,
         tool_plan,
         think,
-        llm.model_path,
+        completion_kwargs.get("model") or llm.model_path,
     )
 
 
@@ -279,14 +270,7 @@ class ChatPlan:
                         "finish_reason": finish,
                     }
                 )
-            return {
-                "id": cid,
-                "object": "chat.completion",
-                "created": created,
-                "model": result["model"],
-                "choices": choices,
-                "usage": result["usage"],
-            }
+            return shapes.chat(cid, created, result["model"], choices, result["usage"])
 
         def chunks() -> Iterator[dict]:
             started: set[int] = set()
@@ -315,11 +299,11 @@ class ChatPlan:
         index, out = choice["index"], []
         if index not in started:
             started.add(index)
-            out.append(_chunk(self.cid, self.created, self.model, {"role": "assistant"}, None, index))
+            out.append(shapes.chat_chunk(self.cid, self.created, self.model, {"role": "assistant"}, None, index))
         if choice["text"]:
-            out.append(_chunk(self.cid, self.created, self.model, {"content": choice["text"]}, None, index))
+            out.append(shapes.chat_chunk(self.cid, self.created, self.model, {"content": choice["text"]}, None, index))
         if choice["finish_reason"] is not None:
-            out.append(_chunk(self.cid, self.created, self.model, {}, choice["finish_reason"], index))
+            out.append(shapes.chat_chunk(self.cid, self.created, self.model, {}, choice["finish_reason"], index))
         if "usage" in completion_chunk and out:  # the stream's last chunk: the request's usage
             out[-1]["usage"] = completion_chunk["usage"]
         return out
@@ -374,12 +358,12 @@ def _message(choice: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dic
 
 def _message_chunks(cid: str, created: int, model: str, message_and_finish, index: int = 0) -> Iterator[dict]:
     message, finish = message_and_finish
-    yield _chunk(cid, created, model, {"role": "assistant"}, None, index)
+    yield shapes.chat_chunk(cid, created, model, {"role": "assistant"}, None, index)
     if message.get("reasoning_content"):
-        yield _chunk(cid, created, model, {"reasoning_content": message["reasoning_content"]}, None, index)
+        yield shapes.chat_chunk(cid, created, model, {"reasoning_content": message["reasoning_content"]}, None, index)
     if message.get("content"):
-        yield _chunk(cid, created, model, {"content": message["content"]}, None, index)
+        yield shapes.chat_chunk(cid, created, model, {"content": message["content"]}, None, index)
     if message.get("tool_calls"):
         calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-        yield _chunk(cid, created, model, {"tool_calls": calls}, None, index)
-    yield _chunk(cid, created, model, {}, finish, index)
+        yield shapes.chat_chunk(cid, created, model, {"tool_calls": calls}, None, index)
+    yield shapes.chat_chunk(cid, created, model, {}, finish, index)

@@ -76,13 +76,16 @@ class Engine:
         return request.channel.get()
 
     def cancel(self, request: Request, wait: bool = True) -> None:
-        """The caller gave up (stream closed, task cancelled, Ctrl-C): its slots are freed at the
+        """The caller gave up (stream closed, task cancelled, Ctrl-C): a decode evaluating its prompt
+        stops (the others in it are decoded again at the next step), and its slots are freed at the
         loop's next turn, which ``wait`` waits for, so the caches are settled when this returns."""
         with self._cond:
             if request.finished:
                 return
             request.cancelled = True
             self._cond.notify_all()
+        if id(request) in self.stepper.decoding:  # its prompt is being decoded: stop that decode
+            self.context.abort()
         if wait and threading.current_thread() is not self._thread:
             request.reaped.wait()
 

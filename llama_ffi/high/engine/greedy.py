@@ -33,6 +33,7 @@ class GreedyRun:
             n = max(1, min(n, AHEAD - len(request.channel)))
         ids, biases, n_bias = c.chain.greedy_bias
         base = len(slot.tokens)
+        ctx.abort_flag[0] = 0  # an abort meant for an earlier decode
         got = lib.llama_ffi_greedy_run(
             ctx.ptr,
             ctx.model.vocab_ptr,

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 
+from llama_ffi.high import shapes
 from llama_ffi.high.engine.choices import build_groups
 from llama_ffi.high.engine.request import DONE, Request
 from llama_ffi.high.text_output import logprobs_block
@@ -45,24 +46,10 @@ class Call:
         produced = sum(c.produced for c in self.choices)
         # A prompt counts once (as in prompt_tokens), through the group of its first choice.
         cached = sum(g.cached for g in self.request.groups if g.choices[0].index % self.n == 0)
-        return {
-            "prompt_tokens": self.n_prompt,
-            "completion_tokens": produced,
-            "total_tokens": self.n_prompt + produced,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
+        return shapes.usage(self.n_prompt, produced, cached)
 
     def shell(self, items: list[dict], with_usage: bool) -> dict:
-        out = {
-            "id": self.cid,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model_name,
-            "choices": items,
-        }
-        if with_usage:
-            out["usage"] = self.usage()
-        return out
+        return shapes.completion(self.cid, self.created, self.model_name, items, self.usage() if with_usage else None)
 
     def _logprobs(self, events, offset: int = 0) -> dict | None:
         return logprobs_block(events, offset, self.tokenizer) if self.settings.logprobs is not None else None
@@ -72,7 +59,7 @@ class Call:
         for c in self.choices:
             echo = self.echo_texts[c.index // self.n]
             items.append(
-                _choice(
+                shapes.completion_choice(
                     c.index,
                     echo + "".join(e.text for e in c.events),
                     self._logprobs(c.events, len(echo)),
@@ -85,7 +72,7 @@ class Call:
         for c in self.choices:
             echo = self.echo_texts[c.index // self.n]
             if echo:
-                yield self.shell([_choice(c.index, echo, None, None)], False)
+                yield self.shell([shapes.completion_choice(c.index, echo, None, None)], False)
 
     def shows(self, item) -> bool:
         """A stream carries every token (so a closed one knows what its caller saw); a chunk is
@@ -97,12 +84,8 @@ class Call:
         index, event = item
         if event is None:
             finish = next(c.finish_reason for c in self.choices if c.index == index)
-            return self.shell([_choice(index, "", None, finish)], left == 0)
-        return self.shell([_choice(index, event.text, self._logprobs([event]), None)], False)
-
-
-def _choice(index: int, text: str, logprobs: dict | None, finish: str | None) -> dict:
-    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
+            return self.shell([shapes.completion_choice(index, "", None, finish)], left == 0)
+        return self.shell([shapes.completion_choice(index, event.text, self._logprobs([event]), None)], False)
 
 
 def _raise_if_error(item) -> None:

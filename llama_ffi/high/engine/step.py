@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from llama_ffi.high.adapters import Selection
-from llama_ffi.high.context import DecodeError
+from llama_ffi.high.context import DecodeAborted, DecodeError
 from llama_ffi.high.engine.choices import NO_OUTPUT, Choice, Group, closing_events, runs_greedily, sample
 from llama_ffi.high.engine.greedy import RUN, GreedyRun
 from llama_ffi.high.engine.slots import Slot, SlotTable
@@ -41,6 +41,7 @@ class Stepper:
         self.slots, self.work, self.counters, self.speculation = slots, work, counters, speculation
         self.stats = EngineStats()
         self.greedy = GreedyRun(self)
+        self.decoding: frozenset[int] = frozenset()  # ids of the requests whose prompt is in the decode
         self._last_key = None
 
     def ready(self) -> bool:
@@ -69,6 +70,7 @@ class Stepper:
         self._pack_choices(ready)
         parts = self._pack_prompts(selection.key)
         n_tokens = self.batch.c.n_tokens
+        self.decoding = frozenset(id(g.request) for g, *_ in parts)  # what a cancel may abort
         try:
             self.context.decode(self.batch.c)
         except BaseException as error:
@@ -76,6 +78,8 @@ class Stepper:
                 c.output = NO_OUTPUT
             self.decode_failed(error, [c.slot for c in ready] + [g.leader.slot for g, *_ in parts])
             return
+        finally:
+            self.decoding = frozenset()
         self.counters.evaluated += n_tokens
         self._record(ready, parts)
         produced = sum(c.produced for c in ready)
@@ -238,6 +242,7 @@ class Stepper:
                 self.counters.evaluated += len(part)
                 self.decoded([(slot, part, start + i, None, False)])
 
+        ctx.abort_flag[0] = 0  # an abort meant for an earlier decode
         try:
             evaluate_media(ctx, slot, group.prompt, decode_text, self.counters)
         except BaseException as error:
@@ -264,16 +269,24 @@ class Stepper:
 
     # ---- failures ---------------------------------------------------------------------------------
     def resync(self, slot: Slot) -> None:
-        """After a failed decode: the slot's list keeps what its sequence still holds."""
+        """After a failed decode: the slot's list keeps what its sequence still holds (llama.cpp
+        rolls back the ubatches it did not finish), and the sequence drops cells the list never
+        got (a finished ubatch held this step's token of a generating choice)."""
         kept = max(self.context.seq_pos_max(slot.seq) + 1, 0)
         del slot.tokens[kept:]
         slot.media_spans = [s for s in slot.media_spans if s[0] + s[1] <= kept]
+        if kept > len(slot.tokens) and not self.context.seq_rm(slot.seq, len(slot.tokens), -1):
+            self.slots.forget(slot)  # a recurrent state cannot be cut: start that sequence afresh
 
     def decode_failed(self, error: BaseException, slots: list[Slot]) -> None:
+        """After a failed decode the slots keep what their sequences hold; an aborted one (a
+        cancelled request's prompt was in it) fails nobody: the rest is decoded at the next step."""
         for slot in slots:
             self.resync(slot)
         for group in self.work.evaluating:
             group.evaluated = len(group.leader.slot.tokens)
+        if isinstance(error, DecodeAborted):
+            return
         if isinstance(error, DecodeError) and any(s.tokens for s in self.slots.idle()):
             for slot in self.slots.idle():  # cells held by idle caches: free them and try again
                 self.slots.forget(slot)

@@ -1,4 +1,5 @@
-"""Honest comparisons of batched and single-token decoding.
+"""Honest comparisons of batched and single-token decoding: the one near-tie rule of the test
+suite and of the soak (``llama_ffi.soak``).
 
 llama.cpp's CPU kernels give logits computed in a batch that can differ from a single decode's
 (measured here: 0 for SmolLM2 Q4_1, up to 1.15 for gemma-3 Q4_K_M, whose repacked batched kernel
@@ -146,19 +147,27 @@ class Step(tuple):
         return next((best - v for t, v in self.candidates if t == token), float("inf"))
 
 
-def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **sampling) -> list[Step]:
-    """Plain greedy decoding, one token at a time: a ``Step`` per token, its logits taken after
-    ``processors`` (a logits processor of the run being compared)."""
-    steps: list[Step] = []
+class StepRecorder:
+    """A logits processor that records a ``Step`` for each token of a greedy run (any call:
+    completion, chat, with adapters), leaving the logits as they are."""
 
-    def record(ids, logits):
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    def __call__(self, ids, logits):
         top = np.argpartition(-logits, TOP)[:TOP]
         top = sorted(top, key=lambda t: -logits[t])
         step = Step((int(top[0]), int(top[1]), float(logits[top[0]] - logits[top[1]])))
         step.candidates = [(int(t), float(logits[t])) for t in top]
-        steps.append(step)
+        self.steps.append(step)
         return logits
 
+
+def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **sampling) -> list[Step]:
+    """Plain greedy decoding, one token at a time: a ``Step`` per token, its logits taken after
+    ``processors`` (a logits processor of the run being compared)."""
+    record = StepRecorder()
+    steps = record.steps
     llm.reset()
     tokens = list(
         llm.generate(prompt_tokens, max_tokens=n, temperature=0.0, logits_processor=[*processors, record], **sampling)
@@ -180,7 +189,7 @@ def assert_same_or_near_tie(
     if isinstance(got, str):
         if got == b"".join(llm.tokenizer.piece(t) for t in want).decode("utf-8", "replace"):
             return
-        i, gap_taken = _text_divergence(llm, steps, got.encode("utf-8"))
+        i, gap_taken = text_divergence(llm, steps, got.encode("utf-8"))
     else:
         if list(got) == want:
             return
@@ -194,7 +203,7 @@ def assert_same_or_near_tie(
     )
 
 
-def _text_divergence(llm, steps: list[Step], got: bytes, back: int = 3) -> tuple[int, float]:
+def text_divergence(llm, steps: list[Step], got: bytes, back: int = 3) -> tuple[int, float]:
     """Where ``got`` (a run's text) leaves the reference's tokens, and how far below the reference's
     choice the run's token there was. The run's tokens may be cut differently from the reference's:
     a reference token can be a prefix of the run's (" a" of " and"), so the divergence is
