@@ -309,7 +309,7 @@ def test_logprobs(llm):
 def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     """Against numpy: the prompt and the generated tokens evaluated again in one batch, a log-softmax
     in float64 per position (tolerance: the batch-vs-single logit gap near_tie measures)."""
-    import near_tie
+    from llama_ffi import near_tie
 
     prompt = llm.tokenize("The capital of France is", special=True)
     llm.reset()
@@ -489,7 +489,7 @@ def test_garbage_collection_frees(smollm2_path):
 
 
 def test_two_threads_on_one_llama_each_get_their_own_output(llm):
-    from near_tie import assert_same_or_near_tie, parallel_bound
+    from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
 
     prompts = ["The capital of France is", "def fibonacci(n):"]
     got: dict[int, list[str]] = {0: [], 1: []}

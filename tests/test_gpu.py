@@ -44,7 +44,7 @@ if devices and len(sys.argv) > 2:
     out = llm.create_completion(%(prompt)r, max_tokens=%(n)d, temperature=0.0)
     result["text"] = out["choices"][0]["text"]
     sys.path.insert(0, %(tests)r)
-    from near_tie import stepwise_logits
+    from llama_ffi.near_tie import stepwise_logits
     np.save(sys.argv[2], stepwise_logits(llm))
     llm.close()
     # Two layers on the first GPU, no split: the parameters reach llama.cpp.
