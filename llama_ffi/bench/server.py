@@ -8,30 +8,11 @@ request to the last answer, a median of ``repeats``."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from pathlib import Path
 
 from llama_ffi.bench.common import _median, batched_llama, eog_ban
-from llama_ffi.bench.concurrent import CALLERS, N_GEN, HttpServer, prompts, run_threads
-
-
-def in_asyncio(llm, n: int, ban: dict) -> float:
-    """The same requests as ``n`` asyncio tasks on the Llama (the driver the server uses), wall
-    seconds; its slots keep their caches between runs, as the servers' do."""
-
-    async def all_of() -> None:
-        await asyncio.gather(
-            *(
-                llm.acreate_completion(p, max_tokens=N_GEN, temperature=0.0, logit_bias=ban)
-                for p in prompts(llm.n_vocab(), n)
-            )
-        )
-
-    started = time.perf_counter()
-    asyncio.run(all_of())
-    return time.perf_counter() - started
+from llama_ffi.bench.concurrent import CALLERS, N_GEN, HttpServer, in_asyncio, prompts, run_threads
 
 
 def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[dict]:
