@@ -67,9 +67,10 @@ class GreedyRun:
             if c.finish_reason is not None:
                 if base + 1 + i < len(slot.tokens):
                     stepper.slots.cut(slot, base + 1 + i)  # decoded ahead of the end: not part of it
-                stepper.finish([c])
                 break
         stepper.stats.generation_steps += got
         stepper.stats.generated_tokens += c.produced - produced
         stepper.stats.generation_s += time.perf_counter() - started
+        if c.finish_reason is not None:
+            stepper.finish([c])  # after the figures: a caller told its request ended reads them whole
         return got

@@ -84,7 +84,7 @@ class Stepper:
         self._record(ready, parts)
         produced = sum(c.produced for c in ready)
         sampled = ready + [c for group, *_ in parts for c in group.choices if c.output != NO_OUTPUT]
-        self.sample(sampled)
+        finished = self.sample(sampled)
         elapsed = time.perf_counter() - started
         if parts:
             self.stats.prompt_steps += 1
@@ -93,6 +93,7 @@ class Stepper:
             self.stats.generation_steps += 1
             self.stats.generation_s += elapsed
             self.stats.generated_tokens += sum(c.produced for c in ready) - produced
+        self.finish(finished)  # after the figures: a caller told its request ended reads them whole
 
     def _pick_selection(self, choices: list[Choice], groups: list[Group]) -> Selection | None:
         """The adapter selection of this step: the only one with work, or the next after the last."""
@@ -175,8 +176,9 @@ class Stepper:
             self.speculation.observe(seen)
 
     # ---- sampling and delivery ----------------------------------------------------------------------
-    def sample(self, choices: list[Choice]) -> None:
-        """Sample every choice of this step before delivering anything."""
+    def sample(self, choices: list[Choice]) -> list[Choice]:
+        """Sample every choice of this step before delivering anything; returns those that are
+        done, for ``finish``."""
         ctx = self.context
         ctx_ptr, vocab, pristine = ctx.ptr, ctx.model.vocab_ptr, {}
         finished, drafted = [], []
@@ -197,7 +199,7 @@ class Stepper:
                 finished.append(c)
         for c, kept in drafted:  # every row is sampled: the rejected cells can go
             self.speculation.drop_rejected(c, kept, self.context, self.batch, self)
-        self.finish(finished)
+        return finished
 
     def deliver(self, c: Choice, event) -> None:
         """The one emit rule: a token reaches its caller when it has text, logprobs, or a stream
@@ -252,7 +254,7 @@ class Stepper:
             self.work.end_request(group.request, error)
             return
         self.prompt_done(group, -1)
-        self.sample(list(group.choices))
+        self.finish(self.sample(list(group.choices)))
 
     def prompt_done(self, group: Group, output: int) -> None:
         """The prompt is in the leader's slot: the siblings get its cells and share its logits."""
