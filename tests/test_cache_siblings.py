@@ -14,7 +14,7 @@ from test_engine import run_threads
 
 from llama_ffi.high import Llama, LlamaDiskCache
 from llama_ffi.high.batch import Batch
-from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
+from llama_ffi.near_tie import assert_same_or_near_tie, logits_gap, parallel_bound
 
 PREAMBLES = [
     "The museum opens at nine and closes at five. Tickets are sold at the entrance hall.",
@@ -56,7 +56,8 @@ def test_a_copied_sequence_holds_its_source_at_once(separate_pools):
         got = ctx.logits().copy()
     batch.close()
     separate_pools.reset()
-    assert float(np.abs(got - want).max()) < 0.05
+    # the last token decoded alone against within the prompt's batch: at most this machine's gap
+    assert float(np.abs(got - want).max()) < 2 * logits_gap(separate_pools) + 0.05
 
 
 def test_n_siblings_with_a_disk_cache_under_threads_answer_their_own_prompt(separate_pools, tmp_path):
