@@ -87,6 +87,35 @@ class Prepared:
         return iter((self.prompts, self.n, self.settings, self.echo_texts, self.model_name))
 
 
+def as_list(x) -> list:
+    """A processor or criterion, a list or tuple of them, or None, as a list (llama-cpp-python
+    takes a ``LogitsProcessorList``, a list, or one callable)."""
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def prepare_keywords(llm, prompt, keywords: dict) -> Prepared:
+    """``prepare`` from one dict of keywords (``acreate_completion``'s): this function's own, the
+    rest sampling parameters."""
+    own = {k: v for k, v in keywords.items() if k in REQUEST_KEYWORDS}
+    return prepare(llm, prompt, **own, sampling={k: v for k, v in keywords.items() if k not in own})
+
+
+def token_settings(llm, max_tokens, grammar, logits_processor, stopping_criteria, adapters, sampling: dict):
+    """The settings of ``Llama.generate``'s request: no stop strings, the caller's sampling."""
+    return GenerationSettings(
+        max_tokens,
+        [],
+        llm.sampling_params(**sampling),
+        grammar,
+        logits_processor=as_list(logits_processor),
+        stopping_criteria=as_list(stopping_criteria),
+        adapters=adapters,
+        logits_all=llm.logits_all,
+    )
+
+
 def prepare(
     llm,
     prompt,
@@ -138,8 +167,8 @@ def prepare(
         sampling=llm.sampling_params(**sampling),
         grammar=grammar,
         logprobs=logprobs,
-        logits_processor=list(logits_processor),
-        stopping_criteria=list(stopping_criteria),
+        logits_processor=as_list(logits_processor),
+        stopping_criteria=as_list(stopping_criteria),
         adapters=llm.adapters.select(active_loras, control_vector),
         logits_all=llm.logits_all,
     )
@@ -160,3 +189,6 @@ def prompt_tokens(llm, prompt, echo: bool) -> tuple[list[int], str]:
         tokens = list(prompt)
         echo_text = llm.detokenize(tokens).decode("utf-8", "replace") if echo else ""
     return tokens or [llm.token_bos()], echo_text
+
+
+REQUEST_KEYWORDS = frozenset(prepare.__kwdefaults__) - {"sampling"}  # prepare's own keywords

@@ -144,3 +144,17 @@ def cli_model(spec: str, hf_file: str | None = None) -> Path:
         if tag:
             raise
         return download(repo_id, "*.gguf")
+
+
+def from_pretrained(
+    cls,
+    repo_id: str,
+    filename: str,
+    additional_files: Sequence[str] | None = None,
+    local_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    revision: str | None = None,
+    **kwargs,
+):
+    """``Llama.from_pretrained``: ``cls`` loading ``filename`` of ``repo_id`` (``download``), with ``kwargs``."""
+    return cls(download(repo_id, filename, additional_files, local_dir, cache_dir, revision), **kwargs)

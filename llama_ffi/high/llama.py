@@ -65,19 +65,7 @@ class Llama:
         if p.warmup and self._context is not None:
             self.warm_up()
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        repo_id: str,
-        filename: str,
-        additional_files: Sequence[str] | None = None,
-        local_dir: str | os.PathLike | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        revision: str | None = None,
-        **kwargs,
-    ) -> Llama:
-        """A model from the Hugging Face Hub, offline first (see ``llama_ffi.high.hub``)."""
-        return cls(hub.download(repo_id, filename, additional_files, local_dir, cache_dir, revision), **kwargs)
+    from_pretrained = classmethod(hub.from_pretrained)  # a model from the Hugging Face Hub, offline first
 
     # ---- ownership -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -185,12 +173,10 @@ class Llama:
         """The text of ``tokens``; after ``prev_tokens`` when given (a leading space that only
         exists at the start of a text is then kept or dropped as in the whole text)."""
         self._check_open()
-        if not prev_tokens:
-            return self.tokenizer.detokenize(tokens, special)
-        head = self.tokenizer.detokenize(list(prev_tokens), special)
-        return self.tokenizer.detokenize(list(prev_tokens) + list(tokens), special)[len(head) :]
+        if prev_tokens:
+            return self.tokenizer.detokenize_after(tokens, prev_tokens, special)
+        return self.tokenizer.detokenize(tokens, special)
 
-    # ---- evaluation ----------------------------------------------------------------------------------
     # ---- the main sequence (llama-cpp-python's single-sequence attributes) ----------------------------
     @property
     def main_slot(self) -> Slot:
@@ -223,10 +209,6 @@ class Llama:
     def media_spans(self) -> list[tuple[int, int, str]]:
         """(start, positions, media id) of the media in the main slot."""
         return self.main_slot.media_spans
-
-    @media_spans.setter
-    def media_spans(self, value) -> None:
-        self.main_slot.media_spans = value
 
     @property
     def n_evaluated(self) -> int:
@@ -281,7 +263,7 @@ class Llama:
         token (``idx``: of that cached position, with ``logits_all=True``)."""
         compat.completion_options(sampling)
         with self.single():
-            params, processors = self.sampling_params(**sampling), _as_list(logits_processor)
+            params, processors = self.sampling_params(**sampling), completion.as_list(logits_processor)
             return self.main_sequence.sample(params, grammar, processors, idx, self.n_ctx)
 
     def generate(
@@ -303,16 +285,8 @@ class Llama:
         if not flag("reset", reset):
             tokens = self.tokens + list(tokens)
         adapters = self.adapters.select(active_loras, control_vector)
-        processors, criteria = _as_list(logits_processor), _as_list(stopping_criteria)
-        settings = completion.GenerationSettings(
-            max_tokens,
-            [],
-            self.sampling_params(**sampling),
-            grammar,
-            logits_processor=processors,
-            stopping_criteria=criteria,
-            adapters=adapters,
-            logits_all=self.logits_all,
+        settings = completion.token_settings(
+            self, max_tokens, grammar, logits_processor, stopping_criteria, adapters, sampling
         )
         return results.tokens(results.Call(self, [list(tokens)], 1, settings, [""], self.model_path, streamed=True))
 
@@ -353,8 +327,8 @@ class Llama:
             echo=echo,
             logprobs=logprobs,
             grammar=grammar,
-            logits_processor=_as_list(logits_processor),
-            stopping_criteria=_as_list(stopping_criteria),
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
             model=model,
             active_loras=active_loras,
             control_vector=control_vector,
@@ -369,15 +343,7 @@ class Llama:
         async iterator of chunks; the event loop is never blocked, and cancelling the task frees its
         slot at the next step."""
         self._check_open()
-        for name in ("logits_processor", "stopping_criteria"):
-            kwargs[name] = _as_list(kwargs.get(name))
-        known = set(completion.prepare.__kwdefaults__)
-        request = completion.prepare(
-            self,
-            prompt,
-            **{k: v for k, v in kwargs.items() if k in known},
-            sampling={k: v for k, v in kwargs.items() if k not in known},
-        )
+        request = completion.prepare_keywords(self, prompt, kwargs)
         return await results.acompletion(results.Call(self, *request, streamed=stream))
 
     __call__ = create_completion
@@ -478,12 +444,3 @@ class Llama:
     def loras(self) -> dict[str, dict]:
         """name → {"path", "alpha", "metadata"} of every loaded adapter."""
         return self.adapters.info()
-
-    def _forget_all(self) -> None:
-        self.engine.slots.forget_all()
-
-
-def _as_list(x) -> list:
-    if x is None:
-        return []
-    return list(x) if isinstance(x, (list, tuple)) else [x]

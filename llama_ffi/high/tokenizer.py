@@ -71,6 +71,12 @@ class Tokenizer:
             n = lib.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
         return ffi.unpack(buf, n)
 
+    def detokenize_after(self, tokens: Sequence[int], prev_tokens: Sequence[int], special: bool = False) -> bytes:
+        """The text of ``tokens`` after ``prev_tokens``: a leading space that only exists at the
+        start of a text is kept or dropped as in the whole text."""
+        head = self.detokenize(list(prev_tokens), special)
+        return self.detokenize(list(prev_tokens) + list(tokens), special)[len(head) :]
+
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
         """Bytes of a token sequence, as llama.cpp joins them (leading space rules included)."""
         tokens = list(tokens)
