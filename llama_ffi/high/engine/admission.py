@@ -32,16 +32,16 @@ class Admission:
         """Drop the work of cancelled requests and of those whose reader is gone (their slots keep
         what they decoded; a stream's keeps what its caller saw)."""
         work = self.work
-        for g in [g for g in work.waiting if g.request.cancelled or g.request.channel.unreachable]:
+        for g in [g for g in work.waiting if g.request.abandoned]:
             work.waiting.remove(g)
             work.end_request(g.request, RequestCancelled(g.request.cancel_reason))
-        for g in [g for g in work.evaluating if g.request.cancelled or g.request.channel.unreachable]:
+        for g in [g for g in work.evaluating if g.request.abandoned]:
             work.evaluating.remove(g)
             for c in g.choices:
                 work.release(c)
             work.end_request(g.request, RequestCancelled(g.request.cancel_reason))
         unread: dict[int, dict[int, int]] = {}
-        for c in [c for c in work.generating if c.group.request.cancelled or c.group.request.channel.unreachable]:
+        for c in [c for c in work.generating if c.group.request.abandoned]:
             request = c.group.request
             if request.streamed:  # the slot keeps what the caller saw: prompt and tokens read
                 counts = unread.setdefault(id(request), request.channel.unread_tokens())

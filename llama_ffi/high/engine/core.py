@@ -173,7 +173,7 @@ class Engine:
     def _ready(self) -> bool:
         if self._closed and any(r.streamed and not r.cancelled for r in self.work.requests()):
             return True
-        if any(r.cancelled or r.channel.unreachable for r in self.work.requests()):
+        if any(r.abandoned for r in self.work.requests()):
             return True
         return self.stepper.ready() or self.admission.ready()
 

@@ -58,15 +58,6 @@ class Channel:
             self._wake()
         return item
 
-    def get_nowait(self):
-        """The next item, or None."""
-        with self._cond:
-            item = self._items.popleft() if self._items else None
-            full = item is not None and len(self._items) + 1 >= AHEAD
-        if full:
-            self._wake()
-        return item
-
     def replace_all(self, item) -> None:
         """Drop what is unread and put ``item`` (the caller sees it next)."""
         with self._cond:
@@ -122,6 +113,11 @@ class Request:
     @property
     def choices(self) -> list:
         return [c for g in self.groups for c in g.choices]
+
+    @property
+    def abandoned(self) -> bool:
+        """Cancelled by its caller, or its reader can no longer be reached: the loop reaps it."""
+        return self.cancelled or self.channel.unreachable
 
     @property
     def blocked(self) -> bool:
