@@ -6,6 +6,7 @@ what it returns."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -102,8 +103,17 @@ def prepare_keywords(llm, prompt, keywords: dict) -> Prepared:
     return prepare(llm, prompt, **own, sampling={k: v for k, v in keywords.items() if k not in own})
 
 
+def check_generates(llm) -> None:
+    if not llm.loaded_model.generates_text:
+        raise ValueError(
+            f"{os.path.basename(llm.model_path)} cannot generate text: its attention is not causal "
+            "(an embedding model); use embed, create_embedding or rank"
+        )
+
+
 def token_settings(llm, max_tokens, grammar, logits_processor, stopping_criteria, adapters, sampling: dict):
     """The settings of ``Llama.generate``'s request: no stop strings, the caller's sampling."""
+    check_generates(llm)
     return GenerationSettings(
         max_tokens,
         [],
@@ -136,6 +146,7 @@ def prepare(
 ) -> Prepared:
     """Check everything before any decoding (a stream fails here, not at its first chunk)."""
     context = llm.context  # a clear error for a closed or vocab_only Llama, before anything else
+    check_generates(llm)
     sampling = dict(sampling or {})
     compat_options(sampling)
     if suffix is not None:  # fill in the middle: the prompt is the prefix

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -179,6 +180,21 @@ class Context:
         self.remote = model.remote  # RPC workers: a lost one is raised after the decode it spoiled
         self.n_vocab = model.n_vocab
         self.memory = lib.llama_get_memory(ptr)
+        # A context made for embeddings generates between them with embeddings off (while they are
+        # on, llama.cpp outputs every token of a decode); ``embedding_mode`` turns them on a while.
+        self.makes_embeddings = bool(cp.embeddings)
+        if self.makes_embeddings and model.generates_text:
+            lib.llama_set_embeddings(ptr, False)
+
+    @contextlib.contextmanager
+    def embedding_mode(self):
+        """Decodes in this block compute embeddings (every token is output)."""
+        lib.llama_set_embeddings(self.ptr, True)
+        try:
+            yield
+        finally:
+            if self.model.generates_text:
+                lib.llama_set_embeddings(self.ptr, False)
 
     @property
     def ptr(self):

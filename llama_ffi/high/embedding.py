@@ -74,41 +74,44 @@ PACK_TOKENS = 512
 
 
 def embed_token_lists(
-    ctx, token_lists: Sequence[list[int]], pooling: int, n_out: int, pack_tokens: int = PACK_TOKENS
+    ctx, token_lists: Sequence[list[int]], pooling: int, n_out: int, seqs: Sequence[int], pack_tokens: int = PACK_TOKENS
 ) -> Iterator[tuple[int, np.ndarray]]:
     """(input index, vectors) for each input: shape (n_out,) pooled, (n_tokens, n_embd) for none.
 
     ``n_out`` is n_embd, or for rank pooling 1 (only the first score of each sequence is read).
+    ``seqs``: the sequences it may use (empty; they are left empty).
     """
-    n_seq_max = ctx.n_seq_max
     n_batch = min(ctx.n_batch, max(pack_tokens, 1))
     per_token = pooling == lib.LLAMA_POOLING_TYPE_NONE
     batch = Batch(ctx.n_batch, 1)
     pending: list[tuple[int, int, int]] = []  # (input index, first batch row, n_tokens)
-    try:
 
-        def flush() -> Iterator[tuple[int, np.ndarray]]:
-            ctx.clear()  # embeddings need no cache: every batch starts empty
+    def flush() -> Iterator[tuple[int, np.ndarray]]:
+        try:
             ctx.decode(batch.c)
-            for seq, (index, row, n) in enumerate(pending):
-                if per_token:
-                    vecs = np.empty((n, n_out), dtype=np.float32)
-                    for j in range(n):
-                        ptr = lib.llama_get_embeddings_ith(ctx.ptr, row + j)
-                        vecs[j] = np.frombuffer(ffi.buffer(ptr, 4 * n_out), dtype=np.float32)
-                    yield index, vecs
-                else:
-                    ptr = lib.llama_get_embeddings_seq(ctx.ptr, seq)
-                    if ptr == ffi.NULL:
-                        raise RuntimeError(f"llama.cpp returned no embedding for input {index}")
-                    yield index, np.frombuffer(ffi.buffer(ptr, 4 * n_out), dtype=np.float32).copy()
-            pending.clear()
-            batch.clear()
+        finally:  # embeddings need no cache: every batch starts empty
+            for seq in seqs[: len(pending)]:
+                lib.llama_memory_seq_rm(ctx.memory, seq, -1, -1)
+        for seq, (index, row, n) in zip(seqs, pending):
+            if per_token:
+                vecs = np.empty((n, n_out), dtype=np.float32)
+                for j in range(n):
+                    ptr = lib.llama_get_embeddings_ith(ctx.ptr, row + j)
+                    vecs[j] = np.frombuffer(ffi.buffer(ptr, 4 * n_out), dtype=np.float32)
+                yield index, vecs
+            else:
+                ptr = lib.llama_get_embeddings_seq(ctx.ptr, seq)
+                if ptr == ffi.NULL:
+                    raise RuntimeError(f"llama.cpp returned no embedding for input {index}")
+                yield index, np.frombuffer(ffi.buffer(ptr, 4 * n_out), dtype=np.float32).copy()
+        pending.clear()
+        batch.clear()
 
+    try:
         for index, tokens in enumerate(token_lists):
-            if pending and (len(pending) == n_seq_max or batch.c.n_tokens + len(tokens) > n_batch):
+            if pending and (len(pending) == len(seqs) or batch.c.n_tokens + len(tokens) > n_batch):
                 yield from flush()
-            seq, row = len(pending), batch.c.n_tokens
+            seq, row = seqs[len(pending)], batch.c.n_tokens
             for pos, tok in enumerate(tokens):
                 batch.add(tok, pos, (seq,), True)
             pending.append((index, row, len(tokens)))
@@ -164,9 +167,10 @@ def _context_and_pooling(llm, need_rank: bool = False):
 
 
 def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[list[np.ndarray], int]:
-    """One vector (or one row per token) per text, and how many tokens they had."""
+    """One vector (or one row per token) per text, and how many tokens they had. They are computed
+    in idle slots between the engine's steps: requests generating in other slots go on."""
     ctx, pooling = _context_and_pooling(llm)
-    limit = min(ctx.n_batch, ctx.n_ctx)
+    limit = min(ctx.n_batch, ctx.n_ctx_seq)
     tokens_of = tokens_of or (lambda t: llm.tokenize(t, add_bos=True, special=False))
     token_lists = [fit(tokens_of(t), limit, i, truncate) for i, t in enumerate(texts)]
     for i, toks in enumerate(token_lists):
@@ -174,10 +178,9 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
             raise ValueError(f"input {i} has no tokens")
     n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else llm.loaded_model.n_embd
     out: list[np.ndarray] = [np.empty(0)] * len(texts)
-    with llm.single(idle=True):
-        llm.engine.slots.forget_all()  # the batcher reuses the context's memory: every slot's cache goes
-        llm.tokens = []
-        for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out):
+    with llm.engine.exclusive(main=False, spare=True), ctx.embedding_mode():
+        seqs = [slot.seq for slot in llm.engine.slots.spare(len(token_lists))]
+        for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out, seqs):
             out[index] = vec
     return out, sum(len(t) for t in token_lists)
 

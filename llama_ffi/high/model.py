@@ -299,6 +299,24 @@ class Model:
         return bool(lib.llama_model_is_recurrent(self.ptr) or lib.llama_model_is_hybrid(self.ptr))
 
     @property
+    def generates_text(self) -> bool:
+        """False for an encoder whose attention is not causal (BERT and its kin): it embeds, it has
+        no next-token logits to sample from."""
+        buf = ffi.new("char[]", 16)
+        arch = self.metadata_value("general.architecture")
+        n = lib.llama_model_meta_val_str(self.ptr, f"{arch}.attention.causal".encode(), buf, 16)
+        return n < 0 or ffi.string(buf) != b"false"
+
+    def metadata_value(self, key: str) -> str | None:
+        """One metadata value as text (None when the file has no ``key``)."""
+        n = lib.llama_model_meta_val_str(self.ptr, key.encode(), ffi.NULL, 0)
+        if n < 0:
+            return None
+        buf = ffi.new("char[]", n + 1)
+        lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, n + 1)
+        return ffi.string(buf).decode("utf-8", "replace")
+
+    @property
     def n_swa(self) -> int:
         """The sliding attention window (0: none)."""
         return lib.llama_model_n_swa(self.ptr)

@@ -8,8 +8,9 @@ step (``engine.step``). A request whose delivery fails (its caller's event loop 
 cancelled alone; a step that fails in a way no request explains ends the requests in flight with
 the error, and the loop goes on serving.
 
-Single-sequence work (``Llama.eval``, ``save_state``, embeddings...) runs in its caller's thread
-between two steps (``exclusive()``): the loop waits while such a caller holds the context.
+Single-sequence work (``Llama.eval``, ``save_state``) and embeddings (in idle slots) run in their
+caller's thread between two steps (``exclusive()``): the loop waits while such a caller holds the
+context.
 """
 
 from __future__ import annotations
@@ -104,9 +105,10 @@ class Engine:
         return EngineStatus(slots, waiting, dataclasses.replace(self.stats), self.counters.evaluated)
 
     @contextlib.contextmanager
-    def exclusive(self, main: bool = True, idle: bool = False):
+    def exclusive(self, main: bool = True, idle: bool = False, spare: bool = False):
         """The context between two steps, for single-sequence work: ``main`` makes the main slot an
-        idle one (see ``SlotTable.idle_main``), ``idle`` waits until no request runs."""
+        idle one (see ``SlotTable.idle_main``), ``idle`` waits until no request runs, ``spare``
+        until some slot is idle (work in sequences of its own, such as embeddings)."""
         while True:
             with self._cond:
                 self._exclusive += 1
@@ -115,7 +117,7 @@ class Engine:
             finally:
                 with self._cond:
                     self._exclusive -= 1
-            if not (idle and self.busy()) and (not main or self.slots.idle_main()):
+            if not (idle and self.busy()) and (not main or self.slots.idle_main()) and (not spare or self.slots.idle()):
                 break
             self.lock.release()
             with self._cond:

@@ -135,6 +135,14 @@ class SlotTable:
         slot.selection = None
         slot.prompt_cells = 0
 
+    def spare(self, n: int) -> list[Slot]:
+        """Up to ``n`` idle slots emptied for work in sequences of its own (embeddings): empty ones
+        first, then the least recently used; what they held goes to the prompt cache, if one is set."""
+        chosen = sorted(self.idle(), key=lambda s: (bool(s.tokens), s.last_used))[:n]
+        for slot in chosen:
+            self.forget(slot)
+        return chosen
+
     def forget_adapter(self, name: str) -> None:
         """Forget the idle caches computed under the LoRA adapter ``name`` (being unloaded)."""
         for slot in self.idle():
