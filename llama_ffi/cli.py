@@ -12,40 +12,7 @@ import argparse
 import os
 import sys
 
-from llama_ffi.high.sampling import SamplingParams
-
-_DEFAULTS = SamplingParams()
-
-
-def _sampling_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sampling (llama.cpp defaults)")
-    g.add_argument("--temp", type=float, default=_DEFAULTS.temperature, help="temperature; 0 = greedy")
-    g.add_argument("--top-k", type=int, default=_DEFAULTS.top_k)
-    g.add_argument("--top-p", type=float, default=_DEFAULTS.top_p)
-    g.add_argument("--min-p", type=float, default=_DEFAULTS.min_p)
-    g.add_argument("--typical-p", type=float, default=_DEFAULTS.typical_p)
-    g.add_argument("--repeat-penalty", type=float, default=_DEFAULTS.repeat_penalty)
-    g.add_argument("--repeat-last-n", type=int, default=_DEFAULTS.penalty_last_n)
-    g.add_argument("--frequency-penalty", type=float, default=_DEFAULTS.frequency_penalty)
-    g.add_argument("--presence-penalty", type=float, default=_DEFAULTS.presence_penalty)
-    g.add_argument("--mirostat", type=int, default=_DEFAULTS.mirostat_mode, choices=(0, 1, 2))
-    g.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
-
-
-def _sampling_kwargs(args: argparse.Namespace) -> dict:
-    return dict(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        typical_p=args.typical_p,
-        repeat_penalty=args.repeat_penalty,
-        penalty_last_n=args.repeat_last_n,
-        frequency_penalty=args.frequency_penalty,
-        presence_penalty=args.presence_penalty,
-        mirostat_mode=args.mirostat,
-        seed=args.seed,
-    )
+from llama_ffi.high import sampling_fields
 
 
 def _model_path(args: argparse.Namespace) -> str:
@@ -139,7 +106,7 @@ def _media_parts(images, audios) -> list[dict]:
 def _stream_chat(llm, messages, args, adapters: dict) -> str:
     reply = []
     for chunk in llm.create_chat_completion(
-        messages, stream=True, max_tokens=args.n_predict, **adapters, **_sampling_kwargs(args)
+        messages, stream=True, max_tokens=args.n_predict, **adapters, **sampling_fields.from_flags(args)
     ):
         text = chunk["choices"][0]["delta"].get("content", "")
         reply.append(text)
@@ -169,7 +136,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
             stream=True,
             stop=args.stop or None,
             **_adapters(args, llm),
-            **_sampling_kwargs(args),
+            **sampling_fields.from_flags(args),
         ):
             sys.stdout.write(chunk["choices"][0]["text"])
             sys.stdout.flush()
@@ -272,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     adapter.add_argument("--control-vector", action="append", metavar="FILE")
     adapter.add_argument("--control-vector-scaled", action="append", type=_file_scale, metavar="FILE:SCALE")
     adapter.add_argument("--control-vector-layer-range", nargs=2, type=int, metavar=("START", "END"))
+    sampling_fields.add_flags(common)
     spec = common.add_argument_group("speculative decoding (the output stays that of plain decoding)")
     spec.add_argument("--spec-type", choices=SPEC_TYPES, help="engine (default: none)")
     spec.add_argument("-md", "--model-draft", help="draft GGUF (--spec-type draft; or an MTP GGUF for draft-mtp)")
@@ -282,12 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--stop", action="append", help="stop string (repeatable)")
     complete.add_argument("--image", action="append", metavar="FILE", help="an image (repeatable; needs --mmproj)")
     complete.add_argument("--audio", action="append", metavar="FILE", help="a WAV/MP3/FLAC file (needs --mmproj)")
-    _sampling_flags(complete)
     complete.set_defaults(func=cmd_complete)
     chat = sub.add_parser("chat", parents=[common], help="interactive chat (history kept, streaming)")
     chat.add_argument("-n", "--n-predict", type=int, default=256, help="max tokens per reply")
     chat.add_argument("--system", help="a system message")
-    _sampling_flags(chat)
     chat.set_defaults(func=cmd_chat)
     serve = sub.add_parser("serve", parents=[common], help="an OpenAI-compatible HTTP server (llama-server's flags)")
     from llama_ffi.server.cli import add_arguments as add_server_arguments

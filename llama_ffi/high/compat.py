@@ -16,6 +16,7 @@ import numpy as np
 from llama_ffi import lib
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.sampling_fields import LEGACY
 
 # llama-cpp-python's -1 seed: a random one (llama.cpp's LLAMA_DEFAULT_SEED).
 RANDOM_SEED = -1
@@ -196,12 +197,10 @@ def sampling_params(default_seed: int, last_n_tokens_size: int, seed: int | None
     from llama_ffi.high.sampling import SamplingParams
 
     kw.setdefault("penalty_last_n", last_n_tokens_size)
-    mirostat = kw.pop("mirostat", None)
-    if mirostat is not None:
-        kw["mirostat_mode"] = mirostat
-    temp = kw.pop("temp", None)
-    if temp is not None:
-        kw["temperature"] = temp
+    for legacy, name in LEGACY.items():
+        value = kw.pop(legacy, None)
+        if value is not None:
+            kw[name] = value
     unknown = sorted(set(kw) - set(SamplingParams.__dataclass_fields__))
     if unknown:
         raise RequestTypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")

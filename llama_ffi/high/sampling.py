@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from llama_ffi import ffi, lib
 from llama_ffi.high._checks import integer, number
 from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.sampling_fields import FIELDS
 
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
 
@@ -49,30 +50,8 @@ class SamplingParams:
     logit_bias: Mapping[int, float] | None = None
 
     def validate(self, n_vocab: int) -> None:
-        number("temperature", self.temperature)
-        integer("top_k", self.top_k)
-        number("top_p", self.top_p, 0.0, 1.0)
-        number("min_p", self.min_p, 0.0, 1.0)
-        number("typical_p", self.typical_p, 0.0, 1.0)
-        integer("min_keep", self.min_keep, 0)
-        number("xtc_probability", self.xtc_probability, 0.0, 1.0)
-        number("xtc_threshold", self.xtc_threshold, 0.0, 1.0)
-        number("dynatemp_range", self.dynatemp_range, 0.0)
-        number("dynatemp_exponent", self.dynatemp_exponent, 0.0)
-        number("top_n_sigma", self.top_n_sigma)
-        number("adaptive_target", self.adaptive_target, maximum=1.0)
-        number("adaptive_decay", self.adaptive_decay, 0.0, 0.99)
-        integer("mirostat_mode", self.mirostat_mode, 0, 2)
-        number("mirostat_tau", self.mirostat_tau, 0.0)
-        number("mirostat_eta", self.mirostat_eta, 0.0)
-        number("repeat_penalty", self.repeat_penalty, 0.0)
-        number("frequency_penalty", self.frequency_penalty)
-        number("presence_penalty", self.presence_penalty)
-        integer("penalty_last_n", self.penalty_last_n, -1)
-        number("dry_multiplier", self.dry_multiplier, 0.0)
-        number("dry_base", self.dry_base, 0.0)
-        integer("dry_allowed_length", self.dry_allowed_length, 0)
-        integer("dry_penalty_last_n", self.dry_penalty_last_n, -1)
+        for field in FIELDS:
+            field.check(getattr(self, field.name))
         if isinstance(self.dry_sequence_breakers, str) or not all(
             isinstance(b, str) and b for b in self.dry_sequence_breakers
         ):

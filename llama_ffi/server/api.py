@@ -256,7 +256,7 @@ def _routes(app: FastAPI, served: Served) -> None:
     async def completions(request: Request):
         body = await parse(request, CompletionRequest)
         llm = served.accept(body)
-        kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=16)
+        kwargs = params.generation_kwargs(llm, body, options, default_max=16)
         kwargs["model"] = served.model_id
         if body.logprobs is not None:
             kwargs["logprobs"] = body.logprobs
@@ -272,7 +272,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         body = await parse(request, ChatRequest)
         llm = served.accept(body)
         params.check_media(body.messages, options.media_path)
-        kwargs = params.chat_kwargs(llm, body, options.lora_names)
+        kwargs = params.chat_kwargs(llm, body, options)
         kwargs["model"] = served.model_id
         return await generate(
             request, body, lambda: llm.acreate_chat_completion(body.messages, stream=body.stream, **kwargs)
@@ -284,7 +284,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         llm = served.accept(body)
         if body.input_extra:
             raise ApiError(400, "input_extra (repository context) is not supported", "input_extra")
-        kwargs = params.generation_kwargs(llm, body, options.lora_names, default_max=None)
+        kwargs = params.generation_kwargs(llm, body, options, default_max=None)
         kwargs["model"] = served.model_id
 
         def call():

@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="slots: sequences decoded together (default 8, at most n_batch)",
     )
+    g.add_argument(
+        "-n", "--n-predict", "--predict", type=int, default=None, help="max tokens of a request that does not say"
+    )
     g.add_argument("-b", "--batch-size", type=int, default=None, help="logical batch size (n_batch)")
     g.add_argument("-ub", "--ubatch-size", type=int, default=None, help="physical batch size (n_ubatch)")
     g.add_argument("-a", "--alias", help="the model's id in /v1/models and in results (default: its file name)")
@@ -134,6 +137,7 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
             f"llama-ffi: error: the server needs its extra: pip install 'llama-ffi[server]' ({error})", file=sys.stderr
         )
         return 2
+    from llama_ffi.high import sampling_fields
     from llama_ffi.server.options import ServerOptions
 
     keys = api_keys(args)
@@ -144,6 +148,8 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         slots=args.slots,
         queue_size=args.queue_size,
         media_path=args.media_path,
+        sampling=sampling_fields.from_flags(args),
+        n_predict=args.n_predict,
     )
     llama_kwargs = llama_options(args)
     if not keys and not _loopback(args.host):

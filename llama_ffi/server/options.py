@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 @dataclasses.dataclass
@@ -15,6 +16,9 @@ class ServerOptions:
     queue_size: int = 64  # requests waiting beyond the slots; past it, 503 (--queue-size)
     media_path: str | None = None  # local image/audio files under it may be named (--media-path)
     lora_names: Sequence[str] = ()  # the adapters a request's ``lora`` ids name, in --lora order
+    # sampling for requests that do not set it (--temp, --top-k...: SamplingParams' names)
+    sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    n_predict: int | None = None  # max tokens for requests that do not say (-n; -1: no limit)
 
     def __post_init__(self) -> None:
         if isinstance(self.api_keys, str):

@@ -8,36 +8,10 @@ import os
 from pathlib import Path
 
 from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.high.sampling_fields import BY_KEY
 from llama_ffi.server.errors import ApiError
+from llama_ffi.server.options import ServerOptions
 from llama_ffi.server.schemas import ChatRequest, Sampling
-
-# Request field → SamplingParams field, where both spell it the same or llama-server's differs.
-SAMPLING_FIELDS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "typical_p": "typical_p",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "repeat_penalty": "repeat_penalty",
-    "repeat_last_n": "penalty_last_n",
-    "mirostat": "mirostat_mode",
-    "mirostat_tau": "mirostat_tau",
-    "mirostat_eta": "mirostat_eta",
-    "dry_multiplier": "dry_multiplier",
-    "dry_base": "dry_base",
-    "dry_allowed_length": "dry_allowed_length",
-    "dry_penalty_last_n": "dry_penalty_last_n",
-    "dry_sequence_breakers": "dry_sequence_breakers",
-    "xtc_probability": "xtc_probability",
-    "xtc_threshold": "xtc_threshold",
-    "dynatemp_range": "dynatemp_range",
-    "dynatemp_exponent": "dynatemp_exponent",
-    "top_n_sigma": "top_n_sigma",
-    "min_keep": "min_keep",
-    "seed": "seed",
-}
 
 
 def logit_bias(llm, body: Sampling) -> dict[int, float] | None:
@@ -98,13 +72,19 @@ def adapters(lora_names, body: Sampling) -> list[dict] | None:
     return chosen
 
 
-def generation_kwargs(llm, body: Sampling, lora_names, default_max: int | None) -> dict:
-    """The keyword arguments every generating call takes."""
-    kwargs: dict = {
-        SAMPLING_FIELDS[name]: value
-        for name, value in body.model_dump(exclude_unset=True).items()
-        if name in SAMPLING_FIELDS and value is not None
-    }
+def generation_kwargs(llm, body: Sampling, options: ServerOptions, default_max: int | None) -> dict:
+    """The keyword arguments every generating call takes: the server's defaults (``--temp``...),
+    then what the request sets."""
+    kwargs: dict = dict(options.sampling)
+    for key, value in body.model_dump(exclude_unset=True).items():
+        field = BY_KEY.get(key)
+        if field is not None and value is not None:
+            kwargs[field.name] = field.clamp(value)
+    for key in ("seed", "dry_sequence_breakers"):
+        if getattr(body, key) is not None:
+            kwargs[key] = getattr(body, key)
+    if options.n_predict is not None:
+        default_max = None if options.n_predict < 0 else options.n_predict
     if body.stop is not None:
         kwargs["stop"] = body.stop
     kwargs["max_tokens"] = max_tokens(body, default_max)
@@ -118,7 +98,7 @@ def generation_kwargs(llm, body: Sampling, lora_names, default_max: int | None) 
             kwargs["grammar"] = LlamaGrammar.from_string(body.grammar, verbose=False)
         except ValueError as error:
             raise ApiError(400, f"grammar: {error}", "grammar") from None
-    active = adapters(lora_names, body)
+    active = adapters(options.lora_names, body)
     if active is not None:
         kwargs["active_loras"] = active
     if body.n != 1:
@@ -126,8 +106,8 @@ def generation_kwargs(llm, body: Sampling, lora_names, default_max: int | None) 
     return kwargs
 
 
-def chat_kwargs(llm, body: ChatRequest, lora_names) -> dict:
-    kwargs = generation_kwargs(llm, body, lora_names, None)
+def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
+    kwargs = generation_kwargs(llm, body, options, None)
     if body.logprobs:
         kwargs["logprobs"] = True
         kwargs["top_logprobs"] = body.top_logprobs or 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model, field_validator
+
+from llama_ffi.high.sampling_fields import FIELDS, SamplingField
 
 TokenList = list[StrictInt]
 Prompt = StrictStr | TokenList | list[StrictStr] | list[TokenList]
@@ -26,7 +28,17 @@ class LoraChoice(Body):
     scale: float
 
 
-class Sampling(Body):
+def _knob(field: SamplingField):
+    # no bounds here: llama-server clamps some values (params.generation_kwargs) and the library
+    # refuses the rest by name
+    return (StrictInt | None if field.kind is int else float | None), None
+
+
+# The sampling parameters (``sampling_fields``), under llama-server's keys.
+Knobs = create_model("Knobs", __base__=Body, **{f.key: _knob(f) for f in FIELDS})
+
+
+class Sampling(Knobs):
     """What every generating endpoint takes: OpenAI's names and llama-server's extras."""
 
     model: StrictStr | None = None
@@ -37,29 +49,7 @@ class Sampling(Body):
     n_predict: StrictInt | None = Field(None, ge=-1)
     stop: StrictStr | list[StrictStr] | None = None
     seed: StrictInt | None = None
-    temperature: NonNegative | None = None
-    top_p: float | None = Field(None, ge=0, le=1)
-    top_k: StrictInt | None = None
-    min_p: float | None = Field(None, ge=0, le=1)
-    typical_p: float | None = Field(None, ge=0, le=1)
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repeat_penalty: NonNegative | None = None
-    repeat_last_n: StrictInt | None = Field(None, ge=-1)
-    mirostat: StrictInt | None = Field(None, ge=0, le=2)
-    mirostat_tau: NonNegative | None = None
-    mirostat_eta: NonNegative | None = None
-    dry_multiplier: NonNegative | None = None
-    dry_base: NonNegative | None = None
-    dry_allowed_length: StrictInt | None = Field(None, ge=0)
-    dry_penalty_last_n: StrictInt | None = Field(None, ge=-1)
     dry_sequence_breakers: list[StrictStr] | None = None
-    xtc_probability: float | None = Field(None, ge=0, le=1)
-    xtc_threshold: float | None = Field(None, ge=0, le=1)
-    dynatemp_range: NonNegative | None = None
-    dynatemp_exponent: NonNegative | None = None
-    top_n_sigma: float | None = None
-    min_keep: StrictInt | None = Field(None, ge=0)
     logit_bias: dict[str, float | StrictBool] | list[list[Any]] | None = None
     grammar: StrictStr | None = None
     ignore_eos: StrictBool = False
