@@ -34,14 +34,17 @@ def _model_path(args: argparse.Namespace) -> str:
 
 def _speculative(args: argparse.Namespace):
     """A SpecConfig from llama.cpp-style flags, or None without --spec-type."""
-    if args.spec_type is None:
+    if args.spec_type in (None, "none"):
         if args.model_draft is not None:
             raise ValueError("--model-draft needs --spec-type draft (or draft-mtp)")
         return None
     from llama_ffi.high.speculative import SpecConfig
 
     extra = {} if args.spec_draft_n_max is None else {"draft_n_max": args.spec_draft_n_max}
-    return SpecConfig(type=args.spec_type, draft_model_path=args.model_draft, **extra)
+    if getattr(args, "spec_draft_n_min", None) is not None:  # serve's
+        extra["draft_n_min"] = args.spec_draft_n_min
+    kind = "draft" if args.spec_type == "draft-simple" else args.spec_type  # llama-server's name of it
+    return SpecConfig(type=kind, draft_model_path=args.model_draft, **extra)
 
 
 def _open(args: argparse.Namespace, **options):
@@ -205,7 +208,7 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
 
 
 # The engines llama-ffi implements, under llama.cpp's --spec-type names.
-SPEC_TYPES = ("ngram-map-k", "ngram-map-k4v", "draft", "draft-mtp")
+SPEC_TYPES = ("none", "ngram-map-k", "ngram-map-k4v", "draft", "draft-simple", "draft-mtp")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -284,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:  # llama-server's LLAMA_ARG_* variables
+        from llama_ffi.server.flags import environment_arguments
+
+        argv = environment_arguments(argv)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -43,14 +43,17 @@ def normalize(vectors: np.ndarray, mode: int | bool = NORM_EUCLIDEAN) -> np.ndar
     return out.astype(np.float32)
 
 
-def check_inputs(inputs) -> list[str]:
+def check_inputs(inputs) -> list:
+    """The inputs as a list: texts, or token lists (lists of ints) already tokenized."""
     if isinstance(inputs, str):
         return [inputs]
     if not isinstance(inputs, (list, tuple)):
         raise RequestTypeError(f"input must be a str or a list of str, got {type(inputs).__name__}")
     for i, x in enumerate(inputs):
+        if isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
+            continue
         if not isinstance(x, str):
-            raise RequestTypeError(f"input {i} is {type(x).__name__}, not str")
+            raise RequestTypeError(f"input {i} is {type(x).__name__}, not str (or a list of token ids)")
     return list(inputs)
 
 
@@ -172,7 +175,13 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
     ctx, pooling = _context_and_pooling(llm)
     limit = min(ctx.n_batch, ctx.n_ctx_seq)
     tokens_of = tokens_of or (lambda t: llm.tokenize(t, add_bos=True, special=False))
-    token_lists = [fit(tokens_of(t), limit, i, truncate) for i, t in enumerate(texts)]
+    for i, text in enumerate(texts):
+        if isinstance(text, list):  # token ids: checked before llama.cpp reads them
+            try:
+                llm.tokenizer.check_tokens(text)
+            except ValueError as error:
+                raise ValueError(f"input {i}: {error}") from None
+    token_lists = [fit(t if isinstance(t, list) else tokens_of(t), limit, i, truncate) for i, t in enumerate(texts)]
     for i, toks in enumerate(token_lists):
         if not toks:
             raise ValueError(f"input {i} has no tokens")

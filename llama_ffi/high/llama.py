@@ -40,6 +40,7 @@ class Llama:
         if mmproj_path is not None and p.speculative is not None:
             raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
         self.chat_format = p.chat_format
+        self.chat_template = p.chat_template  # replaces the model's own (llama-server's --chat-template)
         self.spm_infill = p.spm_infill  # suffix= puts the suffix first
         self.logits_all = flag("logits_all", p.logits_all)
         self.last_n_tokens_size = integer("last_n_tokens_size", p.last_n_tokens_size, -1)

@@ -64,6 +64,7 @@ class LlamaParams:
     verbose: bool = False
     embedding: bool | None = None  # llama-cpp-python's name of embeddings
     chat_format: str | None = None
+    chat_template: str | None = None  # a Jinja chat template that replaces the model's
     chat_handler: Any = None
     logits_all: bool = False
     last_n_tokens_size: int = 64

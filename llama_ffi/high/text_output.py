@@ -6,7 +6,6 @@ leaks into the output, also when it spans several tokens), and log-probabilities
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 
@@ -19,6 +18,7 @@ class Event:
     text: str
     logprob: float | None = None
     top_logprobs: dict[str, float] | None = None
+    top: list[tuple[int, float]] | None = None  # the same, by token id (llama-server's shape)
 
 
 class StopMatcher:
@@ -27,6 +27,7 @@ class StopMatcher:
     def __init__(self, stops: list[str]) -> None:
         self.stops = stops
         self.pending = ""
+        self.matched: str | None = None  # the stop string found, once found
 
     def feed(self, text: str) -> tuple[str, bool]:
         """(text safe to emit now, whether a stop string was found)."""
@@ -35,6 +36,7 @@ class StopMatcher:
         self.pending += text
         cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
         if cut >= 0:
+            self.matched = next(s for s in self.stops if self.pending.find(s) == cut)
             out, self.pending = self.pending[:cut], ""
             return out, True
         hold = 0
@@ -58,12 +60,13 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - (m + np.log(np.exp(x - m).sum()))
 
 
-def top_logprobs(logprobs: np.ndarray, n: int, piece: Callable[[int], str]) -> dict[str, float]:
+def top_tokens(logprobs: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """The ``n`` most probable tokens and their log-probabilities, most probable first."""
     if n <= 0:
-        return {}
+        return []
     idx = np.argpartition(-logprobs, n - 1)[:n]
     idx = idx[np.argsort(-logprobs[idx])]
-    return {piece(int(i)): float(logprobs[i]) for i in idx}
+    return [(int(i), float(logprobs[i])) for i in idx]
 
 
 def logprobs_block(events: list[Event], offset: int, tokenizer) -> dict:

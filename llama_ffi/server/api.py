@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llama_ffi import lib
-from llama_ffi.server import errors, params
+from llama_ffi.server import errors, native, params
+from llama_ffi.server.cors import Cors
 from llama_ffi.server.errors import ApiError
+from llama_ffi.server.handling import awaited, parse
 from llama_ffi.server.metrics import Metrics
 from llama_ffi.server.options import ServerOptions
 from llama_ffi.server.schemas import (
@@ -35,7 +36,7 @@ from llama_ffi.server.schemas import (
     RerankRequest,
     TokenizeRequest,
 )
-from llama_ffi.server.streaming import ClientGone, EventStream, openai_events, unless_disconnected
+from llama_ffi.server.streaming import EventStream, openai_events
 
 PUBLIC_PATHS = {"/health", "/v1/health"}
 
@@ -51,11 +52,14 @@ class Served:
         self.metrics = Metrics()
         self.names: set[str] = set()
         self.model_id = options.alias or ""
+        self.aliases: set[str] = set()
 
     def loaded(self, llm) -> None:
         path = Path(llm.model_path)
-        self.model_id = self.options.alias or path.name
-        self.names = {self.model_id, llm.model_path, path.name, path.stem}
+        # llama-server's --alias a,b: every alias names the model, its id is the first in order
+        self.aliases = {a.strip() for a in (self.options.alias or "").split(",") if a.strip()}
+        self.model_id = min(self.aliases) if self.aliases else path.name
+        self.names = {self.model_id, llm.model_path, path.name, path.stem, *self.aliases}
         self.llm = llm
 
     def ready(self):
@@ -64,13 +68,8 @@ class Served:
         return self.llm
 
     def check_model(self, name: str | None) -> None:
-        if name is not None and name not in self.names:
-            raise ApiError(
-                404,
-                f"the model {name!r} does not exist; this server serves {self.model_id!r}",
-                "model",
-                "model_not_found",
-            )
+        """Any name is served by the one model (llama-server's rule: clients send names such as
+        "gpt-3.5-turbo"); results name the served model."""
 
     def accept(self, body, embeddings: bool = False, rank: bool = False):
         """The Llama for ``body``, once the model is loaded, the body names it (or none) and the
@@ -167,7 +166,9 @@ def create_app(
     errors.install(app)
     if options.api_keys:
         app.add_middleware(Gate, keys=tuple(options.api_keys))
+    app.add_middleware(Cors, origins=options.cors_origins)  # outermost: a preflight needs no key
     _routes(app, served)
+    native.add_routes(app, served)
     return app
 
 
@@ -177,26 +178,6 @@ def _load_in_background(served: Served, load) -> None:
     except BaseException as error:  # noqa: BLE001 - kept for /health and the exit status
         served.load_error = error
         errors.log.error("the model could not be loaded: %s", error)
-
-
-async def parse(request: Request, model: type[BaseModel]):
-    """The body as ``model``, whatever content type the client declared (llama-server's rule)."""
-    data = await request.body()
-    try:
-        return model.model_validate_json(data or b"{}")
-    except ValidationError as error:
-        raise errors.invalid_body(error) from None
-
-
-async def _call(request: Request, work):
-    """Await ``work`` (a Llama call), cancelling it if the client goes away; the library's errors
-    become OpenAI-shaped ones."""
-    try:
-        return await unless_disconnected(request, work)
-    except (ApiError, ClientGone):
-        raise
-    except Exception as error:  # noqa: BLE001 - the client gets it, shaped
-        raise errors.from_library(error) from None
 
 
 def _routes(app: FastAPI, served: Served) -> None:
@@ -222,6 +203,8 @@ def _routes(app: FastAPI, served: Served) -> None:
                     "object": "model",
                     "created": int(time.time()),
                     "owned_by": "llama-ffi",
+                    "aliases": sorted(served.aliases),
+                    "tags": list(options.tags),
                     "meta": {
                         "n_ctx": int(llm.n_ctx),
                         "n_ctx_train": llm.n_ctx_train,
@@ -237,7 +220,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         """Run a generating call under a ticket; a stream keeps its ticket until it ends."""
         with contextlib.ExitStack() as stack:
             stack.enter_context(served.ticket())
-            result = await _call(request, call())
+            result = await awaited(request, call())
             if not body.stream:
                 served.metrics.finished(result.get("usage"))
                 return result
@@ -252,7 +235,6 @@ def _routes(app: FastAPI, served: Served) -> None:
         return EventStream(openai_events(result, include_usage, seen, stream_shape), ended)
 
     @app.post("/v1/completions")
-    @app.post("/completions")
     async def completions(request: Request):
         body = await parse(request, CompletionRequest)
         llm = served.accept(body)
@@ -314,7 +296,8 @@ def _routes(app: FastAPI, served: Served) -> None:
         if body.dimensions is not None and body.dimensions != int(llm.n_embd):
             raise ApiError(400, f"dimensions: this model's embeddings have {int(llm.n_embd)}", "dimensions")
         with served.ticket():  # euclidean normalisation, as llama-server's OpenAI route
-            out = await _call(request, run_in_threadpool(llm.create_embedding, body.input, normalize=True))
+            inputs = native.embedding_inputs(llm, body.input if body.input is not None else body.content)
+            out = await awaited(request, run_in_threadpool(llm.create_embedding, inputs, normalize=True))
         out["model"] = served.model_id
         if body.encoding_format == "base64":
             for item in out["data"]:
@@ -330,7 +313,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         body = await parse(request, RerankRequest)
         llm = served.accept(body, embeddings=True, rank=True)
         with served.ticket():
-            scores = await _call(request, run_in_threadpool(llm.rank, body.query, body.documents))
+            scores = await awaited(request, run_in_threadpool(llm.rank, body.query, body.documents))
         results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
         results.sort(key=lambda r: -r["relevance_score"])
         if body.top_n is not None:
@@ -359,19 +342,19 @@ def _routes(app: FastAPI, served: Served) -> None:
             raise ApiError(400, str(error), "tokens") from None
         return {"content": llm.detokenize(body.tokens, special=True).decode("utf-8", "replace")}
 
-    if options.metrics:
+    @app.get("/metrics")
+    async def metrics():
+        if not options.metrics:
+            raise ApiError(501, "this server does not serve metrics: start it with --metrics", code="not_supported")
+        return PlainTextResponse(
+            served.metrics.prometheus(served.ready(), served.in_flight), media_type="text/plain; version=0.0.4"
+        )
 
-        @app.get("/metrics")
-        async def metrics():
-            return PlainTextResponse(
-                served.metrics.prometheus(served.ready(), served.in_flight), media_type="text/plain; version=0.0.4"
-            )
-
-    if options.slots:
-
-        @app.get("/slots")
-        async def slots():
-            return _slots(served.ready())
+    @app.get("/slots")
+    async def slots():
+        if not options.slots:
+            raise ApiError(501, "this server does not serve /slots: start it with --slots", code="not_supported")
+        return _slots(served.ready())
 
 
 def _piece(data: bytes):
@@ -383,7 +366,7 @@ def _piece(data: bytes):
 
 
 def _slots(llm) -> list[dict]:
-    n_ctx = int(llm.n_ctx)
+    n_ctx = int(llm.context.n_ctx_seq)  # what one slot holds
     return [
         {"id": s.seq, "n_ctx": n_ctx, "is_processing": s.processing, "n_cached_tokens": s.cached_tokens}
         for s in llm.engine.status().slots

@@ -7,9 +7,12 @@ import argparse
 import contextlib
 import ipaddress
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
+
+from llama_ffi.server import flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,10 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="override model metadata (TYPE: int, float, bool, str), e.g. "
         "tokenizer.ggml.fim_pre_token_id=int:8 (repeatable)",
     )
-    g.add_argument("--chat-template", metavar="NAME", help="one of llama.cpp's built-in chat templates")
-    g.add_argument("--no-metrics", dest="metrics", action="store_false", help="no GET /metrics")
-    g.add_argument("--metrics", dest="metrics", action="store_true", help="GET /metrics (the default)")
+    g.add_argument(
+        "--chat-template",
+        metavar="NAME|TEMPLATE",
+        help="a built-in chat template of llama.cpp's, or a Jinja template",
+    )
+    g.add_argument("--no-metrics", dest="metrics", action="store_false", help="no GET /metrics (the default)")
+    g.add_argument("--metrics", dest="metrics", action="store_true", help="GET /metrics (Prometheus)")
     g.add_argument("--no-slots", dest="slots", action="store_false", help="no GET /slots")
+    g.add_argument("--slots", dest="slots", action="store_true", help="GET /slots (the default)")
     g.add_argument(
         "--queue-size",
         type=int,
@@ -71,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="on SIGTERM, wait at most this long for requests in flight (default: until they end)",
     )
-    parser.set_defaults(metrics=True, slots=True)
+    flags.add_arguments(g)
+    parser.set_defaults(metrics=False, slots=True)
 
 
 def _override(text: str) -> tuple[str, bool | int | float | str]:
@@ -99,8 +108,8 @@ def llama_options(args: argparse.Namespace) -> dict:
     """The Llama's keyword arguments that these flags decide."""
     from llama_ffi import lib
 
+    flags.check_refused(args)
     out: dict = {
-        "chat_format": args.chat_template,
         "n_batch": args.batch_size,
         "n_ubatch": args.ubatch_size,
         "kv_overrides": dict(args.override_kv) or None,
@@ -108,15 +117,21 @@ def llama_options(args: argparse.Namespace) -> dict:
     if args.parallel is not None:
         if args.parallel < 1:
             raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
-        out.update(n_seq_max=args.parallel, kv_unified=True)  # one pool of cells for all slots
+        # llama-server's slots: n_ctx / parallel cells each, unless --kv-unified shares one pool
+        out.update(n_seq_max=args.parallel, kv_unified=bool(args.kv_unified))
     if args.chat_template is not None:
-        from llama_ffi.high.chat.formats import builtin_formats, resolve
+        from llama_ffi.high.chat.formats import ALIASES, builtin_formats
 
-        if resolve(args.chat_template) not in builtin_formats():
+        if "{{" in args.chat_template or "{%" in args.chat_template:
+            out["chat_template"] = args.chat_template  # a Jinja template
+        elif ALIASES.get(args.chat_template, args.chat_template) in builtin_formats():
+            out["chat_format"] = args.chat_template
+        else:
             raise ValueError(
-                f"--chat-template {args.chat_template!r} is not one of llama.cpp's built-in "
-                f"templates: {', '.join(builtin_formats())}"
+                f"--chat-template {args.chat_template!r} is neither a Jinja template nor one of llama.cpp's "
+                f"built-in templates: {', '.join(builtin_formats())}"
             )
+    out.update(flags.llama_options(args))
     if args.embeddings or args.reranking:
         out["embeddings"] = True
         pooling = "rank" if args.reranking else args.pooling
@@ -150,9 +165,16 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         media_path=args.media_path,
         sampling=sampling_fields.from_flags(args),
         n_predict=args.n_predict,
+        tags=tuple(t for t in (args.tags or "").split(",") if t),
+        cors_origins=tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else ("*",),
+        slot_save_path=args.slot_save_path,
+        api_prefix=args.api_prefix.rstrip("/"),
+        reasoning=args.reasoning,
+        reasoning_format=args.reasoning_format,
+        reasoning_budget=args.reasoning_budget,
     )
     llama_kwargs = llama_options(args)
-    if not keys and not _loopback(args.host):
+    if not keys and not all(_loopback(h.strip()) for h in args.host.split(",")):
         print(
             f"llama-ffi: warning: serving on {args.host} without an API key: anyone who can reach it can "
             "use the model (--api-key)",
@@ -166,6 +188,10 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
             server.should_exit = True  # llama-server exits when its model does not load
             raise
         options.lora_names = tuple(lora_names(llm))
+        if args.cache_ram:  # MiB of prompt states kept in RAM beside the slots (llama-server's --cache-ram)
+            from llama_ffi.high import LlamaRAMCache
+
+            llm.set_cache(LlamaRAMCache(capacity_bytes=args.cache_ram << 20))
         print(f"llama-ffi: model loaded; serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
         return llm
 
@@ -180,7 +206,7 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         lifespan="on",
     )
     server = _server_class()(config)
-    server.run()
+    server.run(sockets=_sockets(args.host, args.port) if "," in args.host else None)
     served = app.state.served
     if served.load_error is not None:
         print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
@@ -220,3 +246,17 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _sockets(hosts: str, port: int) -> list[socket.socket]:
+    """Listening sockets for llama-server's ``--host a,b`` (several addresses, one port)."""
+    out = []
+    for host in (h.strip() for h in hosts.split(",")):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        out.append(sock)
+    return out

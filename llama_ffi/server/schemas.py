@@ -92,7 +92,8 @@ class InfillRequest(Sampling):
 
 class EmbeddingRequest(Body):
     model: StrictStr | None = None
-    input: StrictStr | list[StrictStr]
+    input: Any = None  # text, token ids, a mix, {"content": [...]} objects, or a list of those
+    content: Any = None  # llama-server's name of input
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = Field(None, ge=1)
 

@@ -39,18 +39,23 @@ sp      ::= [ \t\n]{0,8}
 
 
 def model_template(llm, name: str | None) -> ChatTemplate | None:
-    ptr = lib.llama_model_chat_template(llm.loaded_model.ptr, name.encode() if name else ffi.NULL)
-    if ptr == ffi.NULL:
-        if name:
-            raise ValueError(f"the model has no chat template named {name!r}")
-        return None
+    """The model's chat template (``name``: one of its named ones), or the Llama's replacement."""
     vocab = llm.loaded_model.vocab_ptr
+    if name is None and llm.chat_template is not None:
+        source = llm.chat_template
+    else:
+        ptr = lib.llama_model_chat_template(llm.loaded_model.ptr, name.encode() if name else ffi.NULL)
+        if ptr == ffi.NULL:
+            if name:
+                raise ValueError(f"the model has no chat template named {name!r}")
+            return None
+        source = ffi.string(ptr).decode("utf-8")
 
     def special(t: int) -> str:
         return llm.tokenizer.piece(t, special=True).decode("utf-8", "replace") if t >= 0 else ""
 
     return ChatTemplate(
-        ffi.string(ptr).decode("utf-8"),
+        source,
         name or "tokenizer.chat_template",
         bos_token=special(lib.llama_vocab_bos(vocab)),
         eos_token=special(lib.llama_vocab_eos(vocab)),

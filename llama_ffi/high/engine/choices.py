@@ -15,7 +15,7 @@ import numpy as np
 from llama_ffi import lib
 from llama_ffi.high.completion import GenerationSettings
 from llama_ffi.high.sampling import SamplerChain
-from llama_ffi.high.text_output import Event, StopMatcher, log_softmax, top_logprobs
+from llama_ffi.high.text_output import Event, StopMatcher, log_softmax, top_tokens
 from llama_ffi.high.tokenizer import TextStream
 
 logger = logging.getLogger("llama_ffi")
@@ -179,7 +179,8 @@ def accept(
     event = Event(token, text)
     if lp is not None:
         event.logprob = float(lp[token])
-        event.top_logprobs = top_logprobs(lp, settings.logprobs, lambda t: piece(t).decode("utf-8", "replace"))
+        event.top = top_tokens(lp, settings.logprobs)
+        event.top_logprobs = {piece(t).decode("utf-8", "replace"): v for t, v in event.top}
     c.history.append(token)
     if stopped:
         c.finish_reason = "stop-string"
