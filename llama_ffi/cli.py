@@ -260,8 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat.set_defaults(func=cmd_chat)
     serve = sub.add_parser("serve", parents=[common], help="an OpenAI-compatible HTTP server (llama-server's flags)")
     from llama_ffi.server.cli import add_arguments as add_server_arguments
+    from llama_ffi.server.flags import apply_environment
 
     add_server_arguments(serve)
+    apply_environment(serve)  # llama-server's LLAMA_ARG_* variables
     serve.set_defaults(func=cmd_serve, ctx_size=4096)
     server = sub.add_parser("rpc-server", help="serve this machine's devices to RPC clients (--rpc)")
     server.add_argument(
@@ -287,11 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["serve"]:  # llama-server's LLAMA_ARG_* variables
-        from llama_ffi.server.flags import environment_arguments
-
-        argv = environment_arguments(argv)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -102,4 +102,5 @@ def test_cli_engine_names_are_the_implemented_types():
     from llama_ffi.cli import SPEC_TYPES
     from llama_ffi.high.speculative.config import IMPLEMENTED, SpeculativeType
 
-    assert set(SPEC_TYPES) == {t.value for t in IMPLEMENTED - {SpeculativeType.NONE}}
+    # plus llama-server's spellings: "none", and "draft-simple" for the draft model engine
+    assert set(SPEC_TYPES) - {"none", "draft-simple"} == {t.value for t in IMPLEMENTED - {SpeculativeType.NONE}}

@@ -37,3 +37,42 @@ def test_out_of_range_values_are_clamped_as_llama_server_does(server):
         assert r.status_code == 200, (body, r.text)
     refused = httpx.post(server.url + "/v1/completions", json={"prompt": PROMPT, "min_keep": -3}, timeout=60)
     assert refused.status_code == 400 and "min_keep" in refused.text
+
+
+@pytest.fixture(scope="module")
+def keyed(smollm2_path):
+    flags = ("-c", "512", "-np", "1", "--api-key", "k", "--api-prefix", "/api", "--alias", "b,a", "--tags", "x,y")
+    with ServerProcess(smollm2_path, *flags, env={"LLAMA_ARG_CTX_SIZE": "64"}) as s:  # the flag wins
+        yield s
+
+
+def test_preflight_needs_no_key_and_the_prefix_serves_the_routes(keyed):
+    preflight = httpx.options(keyed.url + "/api/v1/chat/completions", headers={"Origin": "http://app.example"})
+    assert preflight.status_code == 200
+    assert preflight.headers["Access-Control-Allow-Origin"] == "http://app.example"
+    auth = {"Authorization": "Bearer k"}
+    models = httpx.get(keyed.url + "/api/v1/models", headers=auth).json()["data"][0]
+    assert models["id"] == "a" and models["aliases"] == ["a", "b"] and models["tags"] == ["x", "y"]
+    props = httpx.get(keyed.url + "/api/props", headers=auth).json()
+    assert props["default_generation_settings"]["n_ctx"] == 512 and props["total_slots"] == 1
+    assert httpx.get(keyed.url + "/api/metrics", headers=auth).status_code == 501  # off unless --metrics
+
+
+def test_native_completion_shape(keyed, smollm2_path):
+    body = {"prompt": ["The sky is", [1, 2]], "n_predict": 4, "temperature": 0, "n_probs": 2, "return_tokens": True}
+    got = httpx.post(keyed.url + "/api/completion", json=body, headers={"Authorization": "Bearer k"}, timeout=60)
+    first, second = got.json()
+    assert first["stop"] is True and first["stop_type"] in ("limit", "eos") and first["tokens_predicted"] <= 4
+    assert len(first["tokens"]) == first["tokens_predicted"] == len(first["completion_probabilities"])
+    top = first["completion_probabilities"][0]["top_logprobs"]
+    assert len(top) == 2 and top[0]["logprob"] >= top[1]["logprob"] and isinstance(top[0]["id"], int)
+    with Llama(smollm2_path, n_ctx=512, progress=False) as llm:
+        want = llm.create_completion("The sky is", max_tokens=4, temperature=0)["choices"][0]["text"]
+    assert first["content"] == want and second["tokens_evaluated"] == 2
+
+
+@pytest.mark.parametrize("flag", [["--models-max", "2"], ["--context-shift"], ["--slot-save-path", "/tmp"]])
+def test_a_flag_that_cannot_be_honoured_is_named_at_start(smollm2_path, flag):
+    s = ServerProcess(smollm2_path, *flag)
+    with pytest.raises(RuntimeError, match=flag[0]):
+        s.start()

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llama_ffi import lib
 from llama_ffi.server import errors, native, params
-from llama_ffi.server.cors import Cors
+from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.handling import awaited, parse
 from llama_ffi.server.metrics import Metrics
@@ -166,7 +166,9 @@ def create_app(
     errors.install(app)
     if options.api_keys:
         app.add_middleware(Gate, keys=tuple(options.api_keys))
-    app.add_middleware(Cors, origins=options.cors_origins)  # outermost: a preflight needs no key
+    app.add_middleware(Cors, origins=options.cors_origins)  # before the key: a preflight needs none
+    if options.api_prefix:
+        app.add_middleware(Prefix, prefix=options.api_prefix)
     _routes(app, served)
     native.add_routes(app, served)
     return app

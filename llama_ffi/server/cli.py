@@ -167,7 +167,6 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         n_predict=args.n_predict,
         tags=tuple(t for t in (args.tags or "").split(",") if t),
         cors_origins=tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else ("*",),
-        slot_save_path=args.slot_save_path,
         api_prefix=args.api_prefix.rstrip("/"),
         reasoning=args.reasoning,
         reasoning_format=args.reasoning_format,

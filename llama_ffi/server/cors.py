@@ -1,5 +1,6 @@
-"""CORS as llama-server answers it: a preflight (``OPTIONS``, any path, no API key needed) gets 200
-with the allowed methods and headers; every response names the request's origin when it is allowed.
+"""CORS as llama-server answers it (and its ``--api-prefix``): a preflight (``OPTIONS``, any path,
+no API key needed) gets 200 with the allowed methods and headers; every response names the
+request's origin when it is allowed.
 ``--cors-origins`` lists the allowed origins: ``*`` (the default) any, ``localhost`` any origin on
 this machine (localhost, 127.0.0.1, [::1], any port), else exact origins."""
 
@@ -62,3 +63,16 @@ class Cors:
             await send(message)
 
         return await self.app(scope, receive, with_origin)
+
+
+class Prefix:
+    """llama-server's ``--api-prefix``: every route also answers under the prefix."""
+
+    def __init__(self, app: ASGIApp, prefix: str) -> None:
+        self.app, self.prefix = app, prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == self.prefix or path.startswith(self.prefix + "/")):
+            scope = {**scope, "path": path[len(self.prefix) :] or "/"}
+        return await self.app(scope, receive, send)

@@ -29,6 +29,8 @@ REFUSED = {
     "--ui-mcp-proxy": "the web UI and its MCP proxy are not served",
     "--spec-synth-len": "synthetic drafts are not supported",
     "--spec-synth-rates": "synthetic drafts are not supported",
+    "--slot-save-path": "/slots?action=save|restore are not served yet",
+    "--timeout": "a read/write timeout is not supported yet",
     "--context-shift": "context shift is not supported: a request that fills its slot ends with finish_reason length",
 }
 VALUED_REFUSED = {"--no-models-autoload", "--ui-mcp-proxy", "--context-shift"}
@@ -85,25 +87,27 @@ def add_arguments(g) -> None:
     g.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), help="flash attention (default auto)")
     g.add_argument("-ctk", "--cache-type-k", metavar="TYPE", help="KV cache type of K (f16, q8_0, ...)")
     g.add_argument("-ctv", "--cache-type-v", metavar="TYPE", help="KV cache type of V")
-    g.add_argument("-ctkd", "--cache-type-k-draft", metavar="TYPE", help="the draft model's K cache type")
-    g.add_argument("-ctvd", "--cache-type-v-draft", metavar="TYPE", help="the draft model's V cache type")
+    g.add_argument(
+        "-ctkd", "--cache-type-k-draft", metavar="TYPE", help="accepted: the draft's cache takes -ctk's type"
+    )
+    g.add_argument(
+        "-ctvd", "--cache-type-v-draft", metavar="TYPE", help="accepted: the draft's cache takes -ctv's type"
+    )
     g.add_argument("-kvu", "--kv-unified", action="store_true", default=None, help="one pool of cells for all slots")
     g.add_argument("--swa-full", action="store_true", default=None, help="a full-size cache for sliding-window layers")
     g.add_argument("--no-jinja", dest="jinja", action="store_false", help="accepted (see --jinja)")
     g.add_argument("--chat-template-file", metavar="FILE", help="a Jinja chat template file (replaces the model's)")
     g.add_argument(
         "--reasoning-format",
-        choices=("none", "deepseek", "deepseek-legacy", "auto"),
-        help="where reasoning goes: reasoning_content (deepseek, auto) or the content (none)",
+        choices=("deepseek", "auto"),
+        help="reasoning goes to reasoning_content (the only format served)",
     )
     g.add_argument("-rea", "--reasoning", choices=("on", "off", "auto"), help="let the model think (template)")
     g.add_argument("--reasoning-budget", type=int, help="thinking tokens per request (-1: no limit, 0: none)")
     g.add_argument("--cache-ram", "-cram", type=int, metavar="MiB", help="a prompt cache in RAM of this size")
-    g.add_argument("--slot-save-path", metavar="DIR", help="where /slots?action=save|restore keep their files")
     g.add_argument("--tags", help="comma-separated tags of the model (in /v1/models)")
     g.add_argument("--cors-origins", help="comma-separated origins allowed by CORS (default: any)")
     g.add_argument("--api-prefix", default="", help="a path prefix for every route")
-    g.add_argument("-to", "--timeout", type=float, help="read/write timeout in seconds (default 600)")
     g.add_argument("--spec-draft-n-min", type=int, help="shortest draft worth verifying")
     for flag in ALWAYS:
         if flag != "--jinja":
@@ -123,19 +127,23 @@ def check_refused(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag}: {why}")
 
 
-def environment_arguments(argv: list[str], environ=os.environ) -> list[str]:
-    """``argv`` with the flags that ``LLAMA_ARG_*`` variables set and the command line does not."""
-    extra: list[str] = []
+def apply_environment(parser: argparse.ArgumentParser, environ=os.environ) -> None:
+    """``LLAMA_ARG_*`` variables as the defaults of their flags (a flag given on the command line, in
+    any of its spellings, wins)."""
+    by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
     for name, flag in ENVIRONMENT.items():
         value = environ.get(name)
-        if value is None or flag in argv:
+        action = by_flag.get(flag)
+        if value is None or action is None:
             continue
         if flag in SWITCHES:
-            if value.lower() in ("1", "true", "on", "enabled"):
-                extra.append(flag)
-        else:
-            extra += [flag, value]
-    return argv + extra
+            value = value.lower() in ("1", "true", "on", "enabled")
+        elif action.type is not None:
+            try:
+                value = action.type(value)
+            except (TypeError, ValueError):
+                parser.error(f"{name}={value!r} is not a valid {flag}")
+        parser.set_defaults(**{action.dest: value})
 
 
 def llama_options(args: argparse.Namespace) -> dict:

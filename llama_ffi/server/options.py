@@ -21,10 +21,9 @@ class ServerOptions:
     n_predict: int | None = None  # max tokens for requests that do not say (-n; -1: no limit)
     tags: Sequence[str] = ()  # the model's tags in /v1/models (--tags)
     cors_origins: Sequence[str] = ("*",)  # origins CORS allows (--cors-origins)
-    slot_save_path: str | None = None  # where /slots?action=save|restore keep files (--slot-save-path)
     api_prefix: str = ""  # a path prefix for every route (--api-prefix)
     reasoning: str | None = None  # on / off / auto: whether the template lets the model think (--reasoning)
-    reasoning_format: str | None = None  # none: thinking stays in the content (--reasoning-format)
+    reasoning_format: str | None = None  # deepseek / auto: thinking goes to reasoning_content (the default)
     reasoning_budget: int | None = None  # thinking tokens per request (--reasoning-budget; -1: no limit)
 
     def __post_init__(self) -> None:

@@ -119,10 +119,15 @@ def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
         kwargs["tools"] = body.tools
     if body.tool_choice is not None:
         kwargs["tool_choice"] = body.tool_choice
-    if body.chat_template_kwargs:
-        kwargs["extra_template_arguments"] = body.chat_template_kwargs
-    if body.reasoning_budget is not None and body.reasoning_budget >= 0:
-        kwargs["reasoning_budget"] = body.reasoning_budget
+    template_arguments = {}
+    if options.reasoning == "off":  # llama-server's --reasoning off: the template is told not to think
+        template_arguments["enable_thinking"] = False
+    template_arguments.update(body.chat_template_kwargs or {})
+    if template_arguments:
+        kwargs["extra_template_arguments"] = template_arguments
+    budget = body.reasoning_budget if body.reasoning_budget is not None else options.reasoning_budget
+    if budget is not None and budget >= 0:
+        kwargs["reasoning_budget"] = budget
     return kwargs
 
 
