@@ -114,7 +114,17 @@ def test_streaming_tool_calls(llm):
     )
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
     calls = [c for ch in chunks for c in ch["choices"][0]["delta"].get("tool_calls", [])]
-    assert [c["function"]["name"] for c in calls] == ["get_weather"] and calls[0]["index"] == 0
+    # the call's name and id first, then its arguments in fragments, as OpenAI streams them
+    assert [c["function"]["name"] for c in calls if "name" in c["function"]] == ["get_weather"]
+    assert calls[0]["id"] and all(c["index"] == 0 for c in calls) and len(calls) >= 3
+    whole = llm.create_chat_completion(
+        ASK,
+        tools=[WEATHER],
+        temperature=0,
+        max_tokens=128,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )["choices"][0]["message"]["tool_calls"][0]
+    assert "".join(c["function"]["arguments"] for c in calls) == whole["function"]["arguments"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 

@@ -20,7 +20,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[di
     servers up at once and timed in turns (llama-server, then ours, ``repeats`` times), so that
     both see the same machine speed; an idle server takes no CPU."""
     native = tools / "llama-server" if tools and (tools / "llama-server").is_file() else None
-    commands = {"ffi_s": [sys.executable, "-m", "llama_ffi.server"]}
+    commands = {"ffi_s": [sys.executable, "-m", "llama_ffi.server", "-kvu"]}  # both: one pool of cells
     if native:
         commands = {"native_s": [str(native), "--no-webui", "-kvu"], **commands}
     rows = []

@@ -14,8 +14,14 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     }
 
 
-def completion_choice(index: int, text: str, logprobs: dict | None, finish: str | None) -> dict:
-    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
+def completion_choice(
+    index: int, text: str, logprobs: dict | None, finish: str | None, stop_reason: str | None = None
+) -> dict:
+    """``stop_reason``: the stop string that ended the choice (vLLM's field), once it ended."""
+    out = {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
+    if finish is not None:
+        out["stop_reason"] = stop_reason
+    return out
 
 
 def completion(cid: str, created: int, model: str, choices: list[dict], usage: dict | None = None) -> dict:
@@ -38,14 +44,13 @@ def chat(cid: str, created: int, model: str, choices: list[dict], usage: dict) -
     }
 
 
-def chat_chunk(cid: str, created: int, model: str, delta: dict, finish: str | None, index: int = 0) -> dict:
-    return {
-        "id": cid,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
+def chat_chunk(
+    cid: str, created: int, model: str, delta: dict, finish: str | None, index: int = 0, stop_reason: str | None = None
+) -> dict:
+    choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+    if finish is not None:
+        choice["stop_reason"] = stop_reason
+    return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
 
 
 def usage_chunk(last: dict, usage: dict) -> dict:

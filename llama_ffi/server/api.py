@@ -21,10 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llama_ffi import lib
-from llama_ffi.server import errors, native, params
+from llama_ffi.server import anthropic, errors, native, params, responses
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
-from llama_ffi.server.handling import awaited, parse
+from llama_ffi.server.handling import awaited, held, parse
 from llama_ffi.server.metrics import Metrics
 from llama_ffi.server.options import ServerOptions
 from llama_ffi.server.schemas import (
@@ -139,7 +139,7 @@ class Gate:
             "invalid API key" if given else "an API key is required (Authorization: Bearer KEY)",
             code="invalid_api_key",
         )
-        await error.response()(scope, receive, send)
+        await error.response(scope["path"])(scope, receive, send)
 
 
 def create_app(
@@ -171,6 +171,8 @@ def create_app(
         app.add_middleware(Prefix, prefix=options.api_prefix)
     _routes(app, served)
     native.add_routes(app, served)
+    anthropic.add_routes(app, served)
+    responses.add_routes(app, served)
     return app
 
 
@@ -220,18 +222,16 @@ def _routes(app: FastAPI, served: Served) -> None:
 
     async def generate(request: Request, body, call, stream_shape=None):
         """Run a generating call under a ticket; a stream keeps its ticket until it ends."""
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(served.ticket())
-            result = await awaited(request, call())
-            if not body.stream:
-                served.metrics.finished(result.get("usage"))
-                return result
-            release = stack.pop_all()
+        result, release = await held(request, served, call())
+        if not body.stream:
+            release()
+            served.metrics.finished(result.get("usage"))
+            return result
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         seen: dict = {}
 
         def ended():
-            release.close()
+            release()
             served.metrics.finished(seen.get("usage"))
 
         return EventStream(openai_events(result, include_usage, seen, stream_shape), ended)

@@ -28,6 +28,23 @@ TYPES = {
 }
 
 
+# Anthropic's error types (its Messages API answers errors in its own shape)
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+ANTHROPIC_PATHS = ("/v1/messages",)
+
+
+def anthropic_body(status: int, message: str) -> dict:
+    return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+
+
 class ApiError(Exception):
     """An error the client gets as it is (status, message, param, code)."""
 
@@ -53,8 +70,10 @@ class ApiError(Exception):
             }
         }
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, path: str = "") -> JSONResponse:
+        """The error in the shape of the API ``path`` belongs to (OpenAI's, or Anthropic's)."""
+        body = anthropic_body(self.status, self.message) if path.startswith(ANTHROPIC_PATHS) else self.body()
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 def from_library(error: BaseException) -> ApiError:
@@ -94,8 +113,8 @@ def _validation_message(error) -> tuple[str, str | None]:
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        return invalid_body(error).response()
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        return invalid_body(error).response(request.url.path)
 
     @app.exception_handler(HTTPException)
     async def http(request: Request, error: HTTPException) -> JSONResponse:
@@ -108,12 +127,12 @@ def install(app: FastAPI) -> None:
         return JSONResponse({}, status_code=499)  # nginx's "client closed request": nobody reads it
 
     @app.exception_handler(ApiError)
-    async def api(_: Request, error: ApiError) -> JSONResponse:
-        return error.response()
+    async def api(request: Request, error: ApiError) -> JSONResponse:
+        return error.response(request.url.path)
 
     @app.exception_handler(Exception)
-    async def other(_: Request, error: Exception) -> JSONResponse:
-        return from_library(error).response()
+    async def other(request: Request, error: Exception) -> JSONResponse:
+        return from_library(error).response(request.url.path)
 
 
 class ClientGone(Exception):

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Awaitable, Callable
+
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from llama_ffi.server import errors
+from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError, ClientGone
+from llama_ffi.server.schemas import ChatRequest
 from llama_ffi.server.streaming import unless_disconnected
 
 
@@ -29,3 +33,28 @@ async def awaited(request: Request, work):
         raise
     except Exception as error:  # noqa: BLE001 - the client gets it, shaped
         raise errors.from_library(error) from None
+
+
+async def held(request: Request, served, work: Awaitable) -> tuple[object, Callable[[], None]]:
+    """``work``'s result, awaited with a place among the requests in flight (``Served.ticket``), and
+    the release of that place: at once for a whole answer, when it ends for a stream."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(served.ticket())
+    try:
+        result = await awaited(request, work)
+    except BaseException:
+        stack.close()
+        raise
+    return result, stack.close
+
+
+async def chat(request: Request, served, llm, body: dict) -> tuple[object, Callable[[], None], list[dict]]:
+    """Another API's request, translated into an OpenAI chat request ``body``, through the Llama:
+    its result (chunks for a stream), the release of its place (see ``held``), and its messages."""
+    request_body = ChatRequest.model_validate(body)
+    params.check_media(request_body.messages, served.options.media_path)
+    kwargs = params.chat_kwargs(llm, request_body, served.options)
+    kwargs["model"] = served.model_id
+    work = llm.acreate_chat_completion(request_body.messages, stream=request_body.stream, **kwargs)
+    result, release = await held(request, served, work)
+    return result, release, request_body.messages

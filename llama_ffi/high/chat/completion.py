@@ -17,6 +17,7 @@ from llama_ffi.high.chat.json_schema import schema_to_gbnf
 from llama_ffi.high.chat.messages import text_only, validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
+from llama_ffi.high.chat.tool_stream import CallStream
 from llama_ffi.high.compat import chat_logprobs, chat_options
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.multimodal import MediaPrompt, extract_media
@@ -228,9 +229,12 @@ def plan_chat(
     else:
         tokens = llm.tokenize(prompt, add_bos=add_bos, special=True)
     parse_calls = tool_plan.mode != "none" or reasoning_budget is not None or started
+    # Forced calls (in the Hermes form their grammar sets) and reasoning stream as they are generated
+    # (tool_stream); the formats "auto" may meet are parsed from the whole reply.
+    incremental = tool_plan.mode in ("none", "required", "named")
     return ChatPlan(
         tokens,
-        dict(completion_kwargs, max_tokens=max_tokens, stream=stream and not parse_calls),
+        dict(completion_kwargs, max_tokens=max_tokens, stream=stream and (incremental or not parse_calls)),
         stream,
         parse_calls,
         tool_plan,
@@ -248,12 +252,13 @@ class ChatPlan:
     ) -> None:
         self.tokens, self.completion_kwargs = tokens, completion_kwargs
         self.stream, self.parse_calls, self.tool_plan, self.think = stream, parse_calls, tool_plan, think
+        self.incremental = parse_calls and tool_plan.mode in ("none", "required", "named")
         self.model = model
         self.cid, self.created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
 
     def finish(self, result):
         cid, created, tool_plan, think, stream = self.cid, self.created, self.tool_plan, self.think, self.stream
-        if self.parse_calls and stream:  # calls are known only at the end: generate, then stream the messages
+        if self.parse_calls and stream and not self.incremental:  # calls known at the end: generate, then stream
             chunks = [
                 chunk
                 for choice in result["choices"]
@@ -273,12 +278,13 @@ class ChatPlan:
                         "message": message,
                         "logprobs": chat_logprobs(choice["logprobs"]),
                         "finish_reason": finish,
+                        "stop_reason": choice.get("stop_reason"),
                     }
                 )
             return shapes.chat(cid, created, result["model"], choices, result["usage"])
 
         def chunks() -> Iterator[dict]:
-            started: set[int] = set()
+            started: dict = {}
             for c in result:
                 yield from self._deltas(c, started)
 
@@ -286,29 +292,36 @@ class ChatPlan:
 
     async def afinish(self, result):
         """``finish`` for an awaited completion: a dict, or an async iterator of chunks."""
-        if self.stream and not self.parse_calls:
+        if self.stream and (self.incremental or not self.parse_calls):
             return self._adeltas(result)
         out = self.finish(result)
         return _async_iter(out) if self.stream else out
 
     async def _adeltas(self, result) -> AsyncIterator[dict]:
-        started: set[int] = set()
+        started: dict = {}
         async with contextlib.aclosing(result):  # closed with this stream: the completion's slot is freed
             async for c in result:
                 for chunk in self._deltas(c, started):
                     yield chunk
 
-    def _deltas(self, completion_chunk: dict, started: set[int]) -> list[dict]:
-        """The chat chunks of one completion chunk (the first of each choice says its role)."""
+    def _deltas(self, completion_chunk: dict, started: dict) -> list[dict]:
+        """The chat chunks of one completion chunk (the first of each choice says its role); with
+        calls or reasoning to parse, its text goes through the choice's ``CallStream``."""
         choice = completion_chunk["choices"][0]
         index, out = choice["index"], []
         if index not in started:
-            started.add(index)
+            calls = self.tool_plan.mode != "none"
+            started[index] = CallStream(self.think, calls) if self.incremental else None
             out.append(shapes.chat_chunk(self.cid, self.created, self.model, {"role": "assistant"}, None, index))
-        if choice["text"]:
-            out.append(shapes.chat_chunk(self.cid, self.created, self.model, {"content": choice["text"]}, None, index))
+        parser = started[index]
+        deltas = [{"content": choice["text"]}] if parser is None and choice["text"] else []
+        if parser is not None:
+            deltas = parser.feed(choice["text"]) + (parser.finish() if choice["finish_reason"] is not None else [])
+        out += [shapes.chat_chunk(self.cid, self.created, self.model, d, None, index) for d in deltas]
         if choice["finish_reason"] is not None:
-            out.append(shapes.chat_chunk(self.cid, self.created, self.model, {}, choice["finish_reason"], index))
+            finish = "tool_calls" if parser is not None and parser.n_calls else choice["finish_reason"]
+            stop = choice.get("stop_reason")
+            out.append(shapes.chat_chunk(self.cid, self.created, self.model, {}, finish, index, stop))
         if "usage" in completion_chunk and out:  # the stream's last chunk: the request's usage
             out[-1]["usage"] = completion_chunk["usage"]
         return out
@@ -334,6 +347,12 @@ def call_options(llm, kwargs: dict) -> dict:
             **(kwargs.get("extra_template_arguments") or {}),
         }
     return kwargs
+
+
+def chat_prompt_tokens(llm, messages, **kwargs) -> int:
+    """How many tokens the prompt of this chat request has (its media counted as their cells)."""
+    tokens = plan_chat(llm, messages, **call_options(llm, kwargs)).tokens
+    return len(tokens)
 
 
 def create_chat_completion(llm, messages, **kwargs):

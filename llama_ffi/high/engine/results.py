@@ -64,6 +64,7 @@ class Call:
                     echo + "".join(e.text for e in c.events),
                     self._logprobs(c.events, len(echo)),
                     c.finish_reason,
+                    c.matcher.matched,
                 )
             )
         return self.shell(items, True)
@@ -83,8 +84,10 @@ class Call:
     def chunk(self, item, left: int) -> dict:
         index, event = item
         if event is None:
-            finish = next(c.finish_reason for c in self.choices if c.index == index)
-            return self.shell([shapes.completion_choice(index, "", None, finish)], left == 0)
+            choice = next(c for c in self.choices if c.index == index)
+            return self.shell(
+                [shapes.completion_choice(index, "", None, choice.finish_reason, choice.matcher.matched)], left == 0
+            )
         return self.shell([shapes.completion_choice(index, event.text, self._logprobs([event]), None)], False)
 
 

@@ -1,0 +1,238 @@
+"""Tool calls and reasoning parsed as the text streams: ``CallStream`` turns a reply's text, piece by
+piece, into chat deltas — ``reasoning_content`` inside the thinking tags, ``content`` outside, and for
+each Hermes-form call (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, the form forced
+calls are generated in) a ``tool_calls`` delta with its name as soon as it is known, then its
+arguments in fragments as they are generated. The fragments are the arguments re-serialised token by
+token as ``json.dumps`` writes them, so joined they equal the call parsed from the whole text.
+Text that could still become a tag is held back until it cannot."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+CALL_START, CALL_END = "<tool_call>", "</tool_call>"
+_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*', re.S)
+_SEPARATORS = {"{": "{", "}": "}", "[": "[", "]": "]", ":": ": ", ",": ", "}
+
+
+class JsonCanon:
+    """One JSON value, fed as raw text, emitted as ``json.dumps`` would write it (the default
+    separators), a token at a time; strings in pieces as their characters arrive."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.started = self.done = False
+        self.in_string = False
+        self.escape = ""  # an escape sequence being read ("\\", "\\u12"...)
+        self.high = ""  # a high surrogate waiting for its pair
+        self.scalar = ""  # a number or literal being read
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """(canonical text to emit, raw text left after the value ended)."""
+        out = []
+        for i, ch in enumerate(text):
+            if self.done:
+                return "".join(out), text[i:]
+            if self.in_string:
+                out.append(self._string_char(ch))
+                continue
+            if self.scalar and not (ch.isalnum() or ch in "+-."):
+                out.append(self._end_scalar())
+                if self.done:
+                    return "".join(out), text[i:]
+            if ch == '"':
+                self.in_string, self.started = True, True
+                out.append('"')
+            elif ch in _SEPARATORS:
+                self.started = True
+                out.append(_SEPARATORS[ch])
+                self.depth += ch in "{["
+                self.depth -= ch in "}]"
+                if self.depth == 0 and ch in "}]":
+                    self.done = True
+            elif ch.isalnum() or ch in "+-.":
+                self.scalar += ch
+                self.started = True
+            # whitespace between tokens: json.dumps writes none
+        return "".join(out), ""
+
+    def _end_scalar(self) -> str:
+        token, self.scalar = self.scalar, ""
+        try:
+            text = json.dumps(json.loads(token))
+        except ValueError:
+            text = token
+        if self.depth == 0:
+            self.done = True
+        return text
+
+    def _string_char(self, ch: str) -> str:
+        if self.escape:
+            self.escape += ch
+            if self.escape.startswith("\\u") and len(self.escape) < 6:
+                return ""
+            decoded = (
+                json.loads(f'"{self.escape}"') if not self.escape.startswith("\\u") else chr(int(self.escape[2:], 16))
+            )
+            self.escape = ""
+            return self._decoded(decoded)
+        if ch == "\\":
+            self.escape = "\\"
+            return ""
+        if ch == '"':
+            self.in_string = False
+            if self.depth == 0:
+                self.done = True
+            return '"'
+        return self._decoded(ch)
+
+    def _decoded(self, ch: str) -> str:
+        if "\ud800" <= ch <= "\udbff":
+            self.high = ch
+            return ""
+        if self.high and "\udc00" <= ch <= "\udfff":
+            ch = (self.high + ch).encode("utf-16", "surrogatepass").decode("utf-16")
+        self.high = ""
+        return json.dumps(ch, ensure_ascii=False)[1:-1]
+
+
+class CallStream:
+    def __init__(self, think: tuple[str, str, bool] | None = None, calls: bool = True) -> None:
+        self.think_start, self.think_end, inside = think or ("", "", False)
+        self.state = "think" if inside and self.think_start else "text"
+        self.calls = calls
+        self.pending = ""
+        self.n_calls = 0
+        self.call_raw = ""
+        self.named = False
+        self.args: JsonCanon | None = None
+        self.arguments: list[str] = []  # each call's arguments as emitted
+        # whitespace the whole reply's parse strips (around reasoning, after it, around calls),
+        # held until text follows it
+        self.held = ""
+        self.trim = self.state == "think"  # leading whitespace of the next block is dropped
+        self.seen_text = False  # a thinking block opens only at the start of the reply
+
+    def _markers(self) -> list[str]:
+        if self.state == "think":
+            return [self.think_end]
+        out = [CALL_START] if self.calls else []
+        if self.think_start and not self.seen_text and not self.n_calls:
+            out.append(self.think_start)
+        return out
+
+    def feed(self, text: str) -> list[dict]:
+        self.pending += text
+        deltas: list[dict] = []
+        while self.pending:
+            if self.state == "call":
+                if not self._call(deltas):
+                    break
+                continue
+            markers = self._markers()
+            found = [(self.pending.find(m), m) for m in markers if m and m in self.pending]
+            # a thinking block opens only the reply: after text it is text
+            found = [(i, m) for i, m in found if m != self.think_start or not self.pending[:i].strip()]
+            if found:
+                cut, marker = min(found)
+                self._emit(deltas, self.pending[:cut])
+                self.pending = self.pending[cut + len(marker) :]
+                if marker == CALL_START:  # the text around calls is kept as it is (its ends stripped)
+                    self.state, self.call_raw, self.named, self.args = "call", "", False, None
+                    continue
+                self.state = "think" if marker == self.think_start and self.state == "text" else "text"
+                self.held, self.trim = "", True
+                continue
+            hold = max((k for m in markers for k in range(1, len(m)) if self.pending.endswith(m[:k])), default=0)
+            self._emit(deltas, self.pending[: len(self.pending) - hold])
+            self.pending = self.pending[len(self.pending) - hold :]
+            break
+        return deltas
+
+    def _emit(self, deltas: list[dict], text: str) -> None:
+        if self.trim:
+            text = text.lstrip()
+            self.trim = not text
+        if not text:
+            return
+        if self.state == "think" or self.calls or not self.seen_text:  # whitespace waits for what follows
+            body = text.rstrip()
+            if not body:
+                self.held += text
+                return
+            text, self.held = self.held + body, text[len(body) :]
+        else:
+            text, self.held = self.held + text, ""
+        self.seen_text = self.seen_text or self.state == "text"
+        deltas.append({"reasoning_content" if self.state == "think" else "content": text})
+
+    def _call(self, deltas: list[dict]) -> bool:
+        """Consume call text; False when it needs more."""
+        if not self.named:
+            self.call_raw += self.pending
+            self.pending = ""
+            m = _NAME.match(self.call_raw)
+            if m is None:
+                if CALL_END in self.call_raw:  # not the form streamed here: whole, at its end
+                    raw, _, rest = self.call_raw.partition(CALL_END)
+                    self._whole(deltas, raw)
+                    self.pending, self.state = rest, "text"
+                    self.trim = not self.seen_text
+                    return True
+                return False
+            name = json.loads(f'"{m.group(1)}"')
+            index = self.n_calls
+            self.n_calls += 1
+            self.arguments.append("")
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+            function = {"name": name, "arguments": ""}
+            deltas.append({"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": function}]})
+            self.named, self.args = True, JsonCanon()
+            self.pending = self.call_raw[m.end() :]
+            return True
+        if not self.args.done:
+            emitted, self.pending = self.args.feed(self.pending)
+            if emitted:
+                self.arguments[-1] += emitted
+                delta = {"index": self.n_calls - 1, "function": {"arguments": emitted}}
+                deltas.append({"tool_calls": [delta]})
+            if not self.args.done:
+                return False
+        end = self.pending.find(CALL_END)
+        if end < 0:
+            return False
+        self.pending, self.state = self.pending[end + len(CALL_END) :], "text"
+        self.trim = not self.seen_text
+        return True
+
+    def _whole(self, deltas: list[dict], raw: str) -> None:
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            return
+        index = self.n_calls
+        self.n_calls += 1
+        arguments = json.dumps(obj.get("arguments", {}), ensure_ascii=False)
+        self.arguments.append(arguments)
+        function = {"name": obj["name"], "arguments": arguments}
+        deltas.append(
+            {
+                "tool_calls": [
+                    {"index": index, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function}
+                ]
+            }
+        )
+
+    def finish(self) -> list[dict]:
+        """What is held back, at the end of the reply."""
+        deltas: list[dict] = []
+        if self.state != "call":
+            self._emit(deltas, self.pending)
+        if self.state == "text" and self.held and not self.n_calls:
+            deltas.append({"content": self.held})  # only a reply with calls or reasoning is stripped
+        self.pending = self.held = ""
+        return deltas

@@ -1,0 +1,84 @@
+"""``CallStream`` parses a reply as it streams: whatever pieces the text comes in, the reasoning,
+content and call arguments it emits join to what the whole reply's parse gives (``split_reasoning``,
+``parse_tool_calls``), and a call's name comes before its arguments, which come in fragments."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llama_ffi.high.chat.reasoning import split_reasoning
+from llama_ffi.high.chat.tool_stream import CallStream
+from llama_ffi.high.chat.tools import parse_tool_calls
+
+FUNCTIONS = {"get_weather": {}, "f": {}}
+WITH_CALLS = [
+    'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\\u00eds", "days": 3}}\n</tool_call>\n'
+    '<tool_call>{"name":"f","arguments":{}}</tool_call> tail ',
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "X", "days": 1}}</tool_call>\n'
+    '<tool_call>{"name": "f", "arguments": {"a": [1, 2.50, true, null]}}</tool_call>',
+    '\n <tool_call>{"name": "get_weather", "arguments": {"city": "X \\"y\\" \\ud83d\\ude00\\n", "days": -1.5e2}}'
+    "</tool_call>\n",
+    " no call at all  ",
+]
+REASONING = [
+    ("<think>\n I think  \n</think>\n\nAnswer here \n", False),
+    ("hmm a\n</think> ok", True),
+    ("plain text ", False),
+    ("  lead <think>x</think>", False),
+    ("\n<think>a</think>b", False),
+    ("a <b> c\n\n", False),
+    ("<think> unfinished ", False),
+]
+
+
+def pieces(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
+    return [text[a:b] for a, b in zip(points, points[1:])]
+
+
+def run(stream: CallStream, parts: list[str]) -> list[dict]:
+    out = [d for part in parts for d in stream.feed(part)]
+    return out + stream.finish()
+
+
+@settings(max_examples=200, deadline=None)
+@given(index=st.integers(0, len(WITH_CALLS) - 1), cuts=st.lists(st.integers(0, 400), max_size=40))
+def test_calls_join_to_the_whole_parse(index, cuts):
+    text = WITH_CALLS[index]
+    want_content, want_calls = parse_tool_calls(text, FUNCTIONS)
+    deltas = run(CallStream(("<think>", "</think>", False), calls=True), pieces(text, cuts))
+    assert ("".join(d.get("content", "") for d in deltas) or None) == want_content
+    arguments: dict[int, str] = {}
+    names: dict[int, str] = {}
+    for d in deltas:
+        for call in d.get("tool_calls", []):
+            if "name" in call["function"]:
+                assert call["index"] not in arguments or not arguments[call["index"]]  # the name comes first
+                names[call["index"]] = call["function"]["name"]
+            arguments[call["index"]] = arguments.get(call["index"], "") + call["function"]["arguments"]
+    assert [names[i] for i in sorted(names)] == [c["function"]["name"] for c in want_calls]
+    assert [arguments[i] for i in sorted(arguments)] == [c["function"]["arguments"] for c in want_calls]
+
+
+@settings(max_examples=200, deadline=None)
+@given(index=st.integers(0, len(REASONING) - 1), cuts=st.lists(st.integers(0, 100), max_size=30))
+def test_reasoning_joins_to_the_whole_split(index, cuts):
+    text, started = REASONING[index]
+    deltas = run(CallStream(("<think>", "</think>", started), calls=False), pieces(text, cuts))
+    reasoning = "".join(d.get("reasoning_content", "") for d in deltas) or None
+    assert (reasoning, "".join(d.get("content", "") for d in deltas)) == split_reasoning(
+        text, "<think>", "</think>", started
+    )
+
+
+def test_arguments_arrive_in_fragments_as_they_are_generated():
+    text = WITH_CALLS[0]
+    stream = CallStream(None, calls=True)
+    fragments = [
+        d
+        for ch in text
+        for d in stream.feed(ch)
+        if "tool_calls" in d and d["tool_calls"][0]["function"].get("arguments")
+    ]
+    assert len(fragments) >= 6  # every token of the arguments as soon as it is complete
