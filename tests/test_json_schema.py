@@ -212,3 +212,12 @@ def test_unsupported_schemas_raise_a_clear_error(llm, schema, words):
         llm.create_chat_completion(
             [{"role": "user", "content": "x"}], max_tokens=4, response_format={"type": "json_object", "schema": schema}
         )
+
+
+def test_tuple_form_items_are_a_fixed_tuple(llm):
+    """Draft 4's ``items: [...]`` (as llama.cpp reads it): exactly those values, in that order."""
+    grammar = LlamaGrammar.from_string(schema_to_gbnf({"items": [{"type": "integer"}, {"type": "string"}]}))
+    out = llm.create_completion("A pair:", grammar=grammar, max_tokens=48, temperature=0)["choices"][0]["text"]
+    value = json.loads(out)
+    assert isinstance(value, list) and len(value) == 2
+    assert isinstance(value[0], int) and isinstance(value[1], str)

@@ -149,7 +149,12 @@ class DecodeAborted(DecodeError):
 
 
 class ContextLengthError(ValueError):
-    """A prompt (or what it adds to a cache) needs more cells than a sequence holds."""
+    """A prompt (or what it adds to a cache) needs more cells than a sequence holds: ``n_prompt_tokens``
+    of them, where a sequence holds ``n_ctx``."""
+
+    def __init__(self, message: str, n_prompt_tokens: int = 0, n_ctx: int = 0) -> None:
+        super().__init__(message)
+        self.n_prompt_tokens, self.n_ctx = n_prompt_tokens, n_ctx
 
 
 class ClosedError(RuntimeError):

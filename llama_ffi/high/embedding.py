@@ -62,8 +62,8 @@ def fit(tokens: list[int], limit: int, index: int, truncate: bool) -> list[int]:
         return tokens
     if not truncate:
         raise ValueError(
-            f"input {index} has {len(tokens)} tokens, more than the {limit} a sequence can "
-            f"hold (n_batch/n_ctx); pass truncate=True to cut it"
+            f"input {index} is too large to process: {len(tokens)} tokens, more than the {limit} a "
+            f"sequence can hold (n_batch/n_ctx); pass truncate=True to cut it"
         )
     return tokens[:limit]
 

@@ -36,7 +36,9 @@ class MainSequence:
         n_ctx = self.context.n_ctx_seq
         if cached + len(tokens) > n_ctx:
             what = f"{cached} cached + {len(tokens)} new tokens" if cached else f"prompt has {len(tokens)} tokens"
-            raise ContextLengthError(f"{what} but the context holds only {n_ctx} (n_ctx={n_ctx})")
+            raise ContextLengthError(
+                f"{what} but the context holds only {n_ctx} (n_ctx={n_ctx})", cached + len(tokens), n_ctx
+            )
 
     def decode(self, tokens: Sequence[int], start: int) -> None:
         """Decode ``tokens`` at positions ``start``... into the main slot."""

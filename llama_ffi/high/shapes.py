@@ -45,9 +45,16 @@ def chat(cid: str, created: int, model: str, choices: list[dict], usage: dict) -
 
 
 def chat_chunk(
-    cid: str, created: int, model: str, delta: dict, finish: str | None, index: int = 0, stop_reason: str | None = None
+    cid: str,
+    created: int,
+    model: str,
+    delta: dict,
+    finish: str | None,
+    index: int = 0,
+    stop_reason: str | None = None,
+    logprobs: dict | None = None,
 ) -> dict:
-    choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+    choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
     if finish is not None:
         choice["stop_reason"] = stop_reason
     return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}

@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from llama_ffi.high.chat.completion import chat_prompt_tokens
+from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.server import errors, handling
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.handling import parse
@@ -304,7 +304,7 @@ def add_routes(app: FastAPI, served) -> None:
         llm = served.accept(body)
         chat = chat_body(body)
         try:
-            n = chat_prompt_tokens(llm, chat["messages"], tools=chat.get("tools"))
+            _, n = chat_prompt(llm, chat["messages"], tools=chat.get("tools"))
         except (ValueError, TypeError) as error:
             raise errors.from_library(error) from None
         return {"input_tokens": n}

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llama_ffi import lib
+from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.server import anthropic, errors, native, params, responses
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
@@ -234,7 +235,8 @@ def _routes(app: FastAPI, served: Served) -> None:
             release()
             served.metrics.finished(seen.get("usage"))
 
-        return EventStream(openai_events(result, include_usage, seen, stream_shape), ended)
+        events = openai_events(result, include_usage, seen, stream_shape, timings=body.timings_per_token)
+        return EventStream(events, ended)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -258,9 +260,12 @@ def _routes(app: FastAPI, served: Served) -> None:
         params.check_media(body.messages, options.media_path)
         kwargs = params.chat_kwargs(llm, body, options)
         kwargs["model"] = served.model_id
-        return await generate(
+        result = await generate(
             request, body, lambda: llm.acreate_chat_completion(body.messages, stream=body.stream, **kwargs)
         )
+        if (body.verbose or options.verbose) and isinstance(result, dict):  # llama-server's debugging aid
+            result["__verbose"] = {"prompt": chat_prompt(llm, body.messages, **kwargs)[0]}
+        return result
 
     @app.post("/infill")
     async def infill(request: Request):
@@ -290,16 +295,34 @@ def _routes(app: FastAPI, served: Served) -> None:
             }
         return result
 
-    @app.post("/v1/embeddings")
+    async def embed(request: Request, body, output_format: str):
+        """The body's inputs embedded: normalised (euclidean) unless one vector per token, and
+        refused when longer than a batch holds (llama-server's rule)."""
+        llm = served.accept(body, embeddings=True)
+        inputs = native.embedding_inputs(llm, body.input if body.input is not None else body.content)
+        per_token = llm.pooling_type() == lib.LLAMA_POOLING_TYPE_NONE
+        work = run_in_threadpool(
+            llm.create_embedding, inputs, normalize=not per_token, truncate=False, output_format=output_format
+        )
+        with served.ticket():
+            return await awaited(request, work), per_token
+
     @app.post("/embeddings")
+    async def native_embeddings(request: Request):
+        """llama-server's own shape: ``[{"index", "embedding": [vector, ...]}]`` (one per token with
+        pooling none)."""
+        vectors, per_token = await embed(request, await parse(request, EmbeddingRequest), "array")
+        return [{"index": i, "embedding": v if per_token else [v]} for i, v in enumerate(vectors)]
+
+    @app.post("/v1/embeddings")
     async def embeddings(request: Request):
         body = await parse(request, EmbeddingRequest)
         llm = served.accept(body, embeddings=True)
         if body.dimensions is not None and body.dimensions != int(llm.n_embd):
             raise ApiError(400, f"dimensions: this model's embeddings have {int(llm.n_embd)}", "dimensions")
-        with served.ticket():  # euclidean normalisation, as llama-server's OpenAI route
-            inputs = native.embedding_inputs(llm, body.input if body.input is not None else body.content)
-            out = await awaited(request, run_in_threadpool(llm.create_embedding, inputs, normalize=True))
+        if llm.pooling_type() == lib.LLAMA_POOLING_TYPE_NONE:
+            raise ApiError(400, "pooling none (one vector per token) is served by /embeddings, not /v1/embeddings")
+        out, _ = await embed(request, body, "json")
         out["model"] = served.model_id
         if body.encoding_format == "base64":
             for item in out["data"]:
@@ -314,15 +337,20 @@ def _routes(app: FastAPI, served: Served) -> None:
     async def rerank(request: Request):
         body = await parse(request, RerankRequest)
         llm = served.accept(body, embeddings=True, rank=True)
+        documents = body.documents if body.documents is not None else body.texts
+        if not documents:
+            raise ApiError(400, "documents (or TEI's texts) must be a non-empty list", "documents")
         with served.ticket():
-            scores = await awaited(request, run_in_threadpool(llm.rank, body.query, body.documents))
+            scores = await awaited(request, run_in_threadpool(llm.rank, body.query, documents))
         results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
         results.sort(key=lambda r: -r["relevance_score"])
         if body.top_n is not None:
             results = results[: body.top_n]
+        if body.texts is not None and body.documents is None:  # Text Embeddings Inference's shape
+            return [{"index": r["index"], "score": r["relevance_score"]} for r in results]
         if body.return_documents:
             for r in results:
-                r["document"] = {"text": body.documents[r["index"]]}
+                r["document"] = {"text": documents[r["index"]]}
         return {"object": "list", "model": served.model_id, "results": results}
 
     @app.post("/tokenize")

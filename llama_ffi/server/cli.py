@@ -171,6 +171,7 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         reasoning=args.reasoning,
         reasoning_format=args.reasoning_format,
         reasoning_budget=args.reasoning_budget,
+        verbose=args.verbose,
     )
     llama_kwargs = llama_options(args)
     if not keys and not all(_loopback(h.strip()) for h in args.host.split(",")):

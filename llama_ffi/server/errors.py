@@ -55,18 +55,23 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        error_type: str | None = None,
+        extra: dict | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.headers = headers or {}
+        self.error_type = error_type or TYPES.get(status, "invalid_request_error")
+        self.extra = extra or {}  # llama-server's additions to an error (n_prompt_tokens, n_ctx)
 
     def body(self) -> dict:
         return {
             "error": {
                 "message": self.message,
-                "type": TYPES.get(self.status, "invalid_request_error"),
+                "type": self.error_type,
                 "param": self.param,
                 "code": self.code,
+                **self.extra,
             }
         }
 
@@ -83,9 +88,13 @@ def from_library(error: BaseException) -> ApiError:
     bug is not the client's fault)."""
     if isinstance(error, ApiError):
         return error
+    if isinstance(error, ContextLengthError):  # llama-server's type, OpenAI's code
+        extra = {"n_prompt_tokens": error.n_prompt_tokens, "n_ctx": error.n_ctx}
+        return ApiError(
+            400, str(error), code="context_length_exceeded", error_type="exceed_context_size_error", extra=extra
+        )
     if isinstance(error, (ValueError, RequestTypeError)):
-        code = "context_length_exceeded" if isinstance(error, ContextLengthError) else None
-        return ApiError(400, str(error), code=code)
+        return ApiError(400, str(error))
     if isinstance(error, ClosedError):
         return ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})
     log.error("request failed", exc_info=error)

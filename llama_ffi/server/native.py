@@ -9,19 +9,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import time
 from typing import Any
 
 from fastapi import FastAPI, Request
 from pydantic import StrictBool, StrictInt
 
 from llama_ffi.high import completion
+from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.high.engine import results
 from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError, sse_error
 from llama_ffi.server.handling import awaited, parse
-from llama_ffi.server.schemas import Sampling
-from llama_ffi.server.streaming import EventStream, event
+from llama_ffi.server.schemas import ChatRequest, Sampling
+from llama_ffi.server.streaming import Clock, EventStream, event
 
 
 class NativeRequest(Sampling):
@@ -114,32 +114,6 @@ def probabilities(llm, event_, as_prob: bool) -> dict:
     the model's distribution before the sampler chain; tokens of probability 0 left out)."""
     top = [token_json(llm, t, v, as_prob) for t, v in event_.top or [] if not as_prob or math.exp(v) > 0.0]
     return {**token_json(llm, event_.token, event_.logprob, as_prob), ("top_probs" if as_prob else "top_logprobs"): top}
-
-
-@dataclasses.dataclass
-class Clock:
-    start: float = dataclasses.field(default_factory=time.perf_counter)
-    first: float | None = None
-
-    def tick(self) -> None:
-        if self.first is None:
-            self.first = time.perf_counter()
-
-    def timings(self, n_prompt: int, n_predicted: int, cached: int) -> dict:
-        first = self.first or time.perf_counter()
-        prompt_ms = (first - self.start) * 1e3
-        predicted_ms = (time.perf_counter() - first) * 1e3
-        return {
-            "cache_n": cached,
-            "prompt_n": n_prompt - cached,
-            "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / max(n_prompt - cached, 1),
-            "prompt_per_second": 1e3 * (n_prompt - cached) / prompt_ms if prompt_ms else 0.0,
-            "predicted_n": n_predicted,
-            "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": predicted_ms / max(n_predicted, 1),
-            "predicted_per_second": 1e3 * n_predicted / predicted_ms if predicted_ms else 0.0,
-        }
 
 
 def stop_type(choice) -> str:
@@ -238,6 +212,23 @@ def add_routes(app: FastAPI, served) -> None:
     @app.get("/props")
     async def get_props():
         return props(served.ready(), served)
+
+    async def rendered(request: Request) -> tuple[str, int]:
+        body = await parse(request, ChatRequest)
+        llm = served.accept(body)
+        try:
+            return chat_prompt(llm, body.messages, **params.chat_kwargs(llm, body, options))
+        except (ValueError, TypeError) as error:
+            raise errors.from_library(error) from None
+
+    @app.post("/apply-template")
+    async def apply_template(request: Request):
+        return {"prompt": (await rendered(request))[0]}
+
+    @app.post("/chat/completions/input_tokens")
+    @app.post("/v1/chat/completions/input_tokens")
+    async def input_tokens(request: Request):
+        return {"input_tokens": (await rendered(request))[1]}
 
     @app.post("/completion")
     @app.post("/completions")

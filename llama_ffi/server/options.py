@@ -24,6 +24,7 @@ class ServerOptions:
     api_prefix: str = ""  # a path prefix for every route (--api-prefix)
     reasoning: str | None = None  # on / off / auto: whether the template lets the model think (--reasoning)
     reasoning_format: str | None = None  # deepseek / auto: thinking goes to reasoning_content (the default)
+    verbose: bool = False  # the rendered prompt in every chat answer's "__verbose" (--verbose)
     reasoning_budget: int | None = None  # thinking tokens per request (--reasoning-budget; -1: no limit)
 
     def __post_init__(self) -> None:

@@ -115,6 +115,8 @@ def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
         raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
     if body.response_format is not None:
         kwargs["response_format"] = body.response_format
+    elif body.json_schema is not None:  # llama-server's own field
+        kwargs["response_format"] = {"type": "json_object", "schema": body.json_schema}
     if body.tools:
         kwargs["tools"] = body.tools
     if body.tool_choice is not None:
@@ -125,6 +127,19 @@ def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
     template_arguments.update(body.chat_template_kwargs or {})
     if template_arguments:
         kwargs["extra_template_arguments"] = template_arguments
+    if body.continue_final_message and body.add_generation_prompt:
+        raise ApiError(
+            400, "continue_final_message and add_generation_prompt cannot both be true", "continue_final_message"
+        )
+    last = body.messages[-1] if body.messages and isinstance(body.messages[-1], dict) else {}
+    # a last assistant message is continued (llama-server's prefill; vLLM's continue_final_message)
+    if body.continue_final_message or (last.get("role") == "assistant" and body.add_generation_prompt is not False):
+        before = body.messages[-2] if len(body.messages) > 1 and isinstance(body.messages[-2], dict) else {}
+        if before.get("role") == "assistant":
+            raise ApiError(400, "two assistant messages end the conversation: only the last one can be continued")
+        if isinstance(last.get("content"), list):  # its text parts, a paragraph each (llama-server's join)
+            last["content"] = "\n\n".join(p.get("text", "") for p in last["content"] if isinstance(p, dict))
+        kwargs["assistant_prefill"] = True
     budget = body.reasoning_budget if body.reasoning_budget is not None else options.reasoning_budget
     if budget is not None and budget >= 0:
         kwargs["reasoning_budget"] = budget

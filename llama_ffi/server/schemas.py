@@ -54,6 +54,7 @@ class Sampling(Knobs):
     grammar: StrictStr | None = None
     ignore_eos: StrictBool = False
     lora: list[LoraChoice] | None = None
+    timings_per_token: StrictBool = False  # llama-server's: speeds on a stream's usage chunk
     cache_prompt: StrictBool = True  # llama-server's; every slot keeps its cache here
 
     @field_validator("n_predict")
@@ -81,6 +82,10 @@ class ChatRequest(Sampling):
     tool_choice: StrictStr | dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_budget: StrictInt | None = Field(None, ge=-1)
+    add_generation_prompt: StrictBool | None = None
+    continue_final_message: StrictBool | None = None  # vLLM's name of llama-server's prefill
+    verbose: StrictBool = False  # llama-server's: the rendered prompt in "__verbose"
+    json_schema: dict[str, Any] | None = None  # llama-server's: the answer follows this schema
 
 
 class InfillRequest(Sampling):
@@ -101,7 +106,8 @@ class EmbeddingRequest(Body):
 class RerankRequest(Body):
     model: StrictStr | None = None
     query: StrictStr
-    documents: list[StrictStr] = Field(min_length=1)
+    documents: list[StrictStr] | None = None
+    texts: list[StrictStr] | None = None  # Text Embeddings Inference's name of documents
     top_n: StrictInt | None = Field(None, ge=1)
     return_documents: StrictBool = False
 

@@ -4,7 +4,9 @@ client going away (its iteration is cancelled, which frees the request's slot at
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -16,6 +18,32 @@ from llama_ffi.high import shapes
 from llama_ffi.server.errors import ClientGone, sse_error
 
 DONE = b"data: [DONE]\n\n"
+
+
+@dataclasses.dataclass
+class Clock:
+    start: float = dataclasses.field(default_factory=time.perf_counter)
+    first: float | None = None
+
+    def tick(self) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+
+    def timings(self, n_prompt: int, n_predicted: int, cached: int) -> dict:
+        first = self.first or time.perf_counter()
+        prompt_ms = (first - self.start) * 1e3
+        predicted_ms = (time.perf_counter() - first) * 1e3
+        return {
+            "cache_n": cached,
+            "prompt_n": n_prompt - cached,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / max(n_prompt - cached, 1),
+            "prompt_per_second": 1e3 * (n_prompt - cached) / prompt_ms if prompt_ms else 0.0,
+            "predicted_n": n_predicted,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / max(n_predicted, 1),
+            "predicted_per_second": 1e3 * n_predicted / predicted_ms if predicted_ms else 0.0,
+        }
 
 
 def event(payload: dict) -> bytes:
@@ -33,21 +61,31 @@ async def openai_events(
     include_usage: bool,
     seen: dict,
     shape: Callable[[dict], dict] | None = None,
+    timings: bool = False,
 ) -> AsyncIterator[bytes]:
     """The chunks as events. The library puts the request's usage on its last chunk; here it goes
     in a chunk of its own (``choices: []``) when the client asked for it, as OpenAI does. An error
     after the first event is an event too. ``seen["usage"]``: the usage, once known; ``shape``
-    turns a chunk into another endpoint's payload."""
-    last = None
+    turns a chunk into another endpoint's payload. ``timings``: llama-server's speeds on the usage chunk."""
+    last, clock = None, Clock()
     try:
         try:
             async for chunk in chunks:
+                clock.tick()
                 if "usage" in chunk:
                     seen["usage"] = chunk.pop("usage")
+                for choice in chunk.get("choices", ()):
+                    if choice.get("delta") == {"role": "assistant"}:  # llama-server's first delta says no content
+                        choice["delta"]["content"] = None
                 last = chunk
                 yield event(chunk if shape is None else shape(chunk))
             if include_usage and "usage" in seen and last is not None:
-                yield event(shapes.usage_chunk(last, seen["usage"]))
+                closing = shapes.usage_chunk(last, seen["usage"])
+                if timings:
+                    u = seen["usage"]
+                    cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                    closing["timings"] = clock.timings(u["prompt_tokens"], u["completion_tokens"], cached)
+                yield event(closing)
         except Exception as error:  # noqa: BLE001 - the client sees it as an event; the server goes on
             yield sse_error(error)
         yield DONE

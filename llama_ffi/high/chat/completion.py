@@ -240,6 +240,7 @@ def plan_chat(
         tool_plan,
         think,
         completion_kwargs.get("model") or llm.model_path,
+        prompt,
     )
 
 
@@ -248,9 +249,17 @@ class ChatPlan:
     result becomes ``chat.completion`` shapes (``finish``, or ``afinish`` for asyncio)."""
 
     def __init__(
-        self, tokens, completion_kwargs: dict, stream: bool, parse_calls: bool, tool_plan, think, model: str
+        self,
+        tokens,
+        completion_kwargs: dict,
+        stream: bool,
+        parse_calls: bool,
+        tool_plan,
+        think,
+        model: str,
+        prompt: str = "",
     ) -> None:
-        self.tokens, self.completion_kwargs = tokens, completion_kwargs
+        self.tokens, self.completion_kwargs, self.prompt = tokens, completion_kwargs, prompt
         self.stream, self.parse_calls, self.tool_plan, self.think = stream, parse_calls, tool_plan, think
         self.incremental = parse_calls and tool_plan.mode in ("none", "required", "named")
         self.model = model
@@ -317,7 +326,8 @@ class ChatPlan:
         deltas = [{"content": choice["text"]}] if parser is None and choice["text"] else []
         if parser is not None:
             deltas = parser.feed(choice["text"]) + (parser.finish() if choice["finish_reason"] is not None else [])
-        out += [shapes.chat_chunk(self.cid, self.created, self.model, d, None, index) for d in deltas]
+        logprobs = chat_logprobs(choice["logprobs"]) if parser is None else None  # a plain stream's tokens
+        out += [shapes.chat_chunk(self.cid, self.created, self.model, d, None, index, None, logprobs) for d in deltas]
         if choice["finish_reason"] is not None:
             finish = "tool_calls" if parser is not None and parser.n_calls else choice["finish_reason"]
             stop = choice.get("stop_reason")
@@ -349,10 +359,11 @@ def call_options(llm, kwargs: dict) -> dict:
     return kwargs
 
 
-def chat_prompt_tokens(llm, messages, **kwargs) -> int:
-    """How many tokens the prompt of this chat request has (its media counted as their cells)."""
-    tokens = plan_chat(llm, messages, **call_options(llm, kwargs)).tokens
-    return len(tokens)
+def chat_prompt(llm, messages, **kwargs) -> tuple[str, int]:
+    """The prompt this chat request renders to, and its length in tokens (llama-server's
+    /apply-template and /chat/completions/input_tokens; Anthropic's count_tokens)."""
+    plan = plan_chat(llm, messages, **call_options(llm, kwargs))
+    return plan.prompt, len(plan.tokens)
 
 
 def create_chat_completion(llm, messages, **kwargs):

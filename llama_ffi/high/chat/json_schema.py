@@ -219,8 +219,10 @@ class SchemaConverter:
 
     def _array(self, schema: dict, path: str, name: str) -> str:
         items = schema.get("items", True)
-        if isinstance(items, list):
-            raise UnsupportedSchemaError(f"{path}: tuple-form items (a list) is not supported")
+        if isinstance(items, list):  # the tuple form (draft 4): exactly these, in order, as llama.cpp reads it
+            self._primitive("space")
+            parts = [self.visit(s, f"{path}-tuple-{i}") for i, s in enumerate(items)]
+            return self._add(name, '"[" space ' + ' "," space '.join(parts) + (" " if parts else "") + '"]" space')
         item = self.visit(items, f"{path}-item")
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
         for key, v in (("minItems", lo), ("maxItems", hi)):

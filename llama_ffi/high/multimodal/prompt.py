@@ -91,7 +91,9 @@ class MediaPrompt:
         if self.n_cells > n_ctx:
             raise ContextLengthError(
                 f"the prompt fills {len(self)} positions but needs {self.n_cells} KV cells (its media take more "
-                f"cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})"
+                f"cells than positions), and the context holds only {n_ctx} (n_ctx={n_ctx})",
+                self.n_cells,
+                n_ctx,
             )
 
     def __len__(self) -> int:
