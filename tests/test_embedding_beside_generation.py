@@ -10,7 +10,7 @@ import minilm
 import numpy as np
 import pytest
 
-from llama_ffi import lib
+from llama_ffi import lib, near_tie
 from llama_ffi.high import Llama, LlamaEmbedding
 
 PROMPT = "The three primary colours are"
@@ -30,11 +30,10 @@ def embedder(smollm2_path):
 
 
 def test_a_llama_made_for_embeddings_generates_like_one_that_is_not(embedder, smollm2_path):
-    with Llama(smollm2_path, **PARAMS) as plain:
-        want = plain.create_completion(PROMPT, max_tokens=24, temperature=0)["choices"][0]["text"]
     assert len(embedder.embed(TEXTS[0])) == embedder.n_embd  # its cells go with it
     got = embedder.create_completion(PROMPT, max_tokens=24, temperature=0)["choices"][0]["text"]
-    assert got == want  # the same context shapes, embeddings off while generating: the same math
+    with Llama(smollm2_path, **PARAMS) as plain:  # the same context shapes, embeddings off while generating
+        near_tie.assert_same_or_near_tie(plain, PROMPT, got, 24)
 
 
 def test_embeddings_beside_a_stream_neither_wait_nor_disturb_it(embedder):
@@ -50,7 +49,9 @@ def test_embeddings_beside_a_stream_neither_wait_nor_disturb_it(embedder):
     assert not worker.is_alive(), "embed waited for an unread stream"
     pieces += [chunk["choices"][0]["text"] for chunk in stream]
 
-    assert "".join(pieces) == alone_text
+    # other sequences' cells beside it may change the last bits of a sum: the same text, or a near tie
+    near_tie.assert_same_or_near_tie(embedder, PROMPT, "".join(pieces), 48)
+    near_tie.assert_same_or_near_tie(embedder, PROMPT, alone_text, 48)
     cosines = (beside["v"] * alone_vectors).sum(axis=1)
     assert cosines.min() > 0.9999, cosines
 
