@@ -415,7 +415,7 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     yield stream.event("response.created", response=stream.shell("in_progress"))
     yield stream.event("response.in_progress", response=stream.shell("in_progress"))
-    usage, finish, calls = None, None, {}
+    usage, finish = None, None
     try:
         async for chunk in chunks:
             usage = chunk.get("usage") or usage
@@ -425,17 +425,6 @@ async def _events(
                     for e in stream.text_delta(delta["content"]):
                         yield e
                 for call in delta.get("tool_calls") or []:
-                    calls.setdefault(
-                        call.get("index", 0),
-                        {
-                            "id": call.get("id"),
-                            "type": "function",
-                            "function": {"name": (call.get("function") or {}).get("name"), "arguments": ""},
-                        },
-                    )
-                    calls[call.get("index", 0)]["function"]["arguments"] += (call.get("function") or {}).get(
-                        "arguments"
-                    ) or ""
                     for e in stream.call_delta(call):
                         yield e
                 finish = choice.get("finish_reason") or finish
@@ -443,7 +432,12 @@ async def _events(
             yield e
         final = stream.shell("completed", usage, finish)
         if body.store:
-            reply = {"content": stream.text, "tool_calls": list(calls.values()) or None}
+            calls = [  # the history's calls, from the stream's own function_call items
+                {"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}
+                for i in stream.items
+                if i["type"] == "function_call"
+            ]
+            reply = {"content": stream.text, "tool_calls": calls or None}
             store.put(final, messages + [_history_message(reply)])
         yield stream.event("response.completed", response=final)
     except Exception as error:  # noqa: BLE001 - the client sees it as an event
