@@ -153,6 +153,57 @@ def test_messages_errors_have_anthropics_shape(server):
         server.anthropic.messages.create(model="m", max_tokens=4, messages=[{"role": "robot", "content": "x"}])
 
 
+def test_message_start_counts_the_prompt_and_empty_messages_are_served(server):
+    messages = [{"role": "user", "content": QUESTION}]
+    counted = server.anthropic.messages.count_tokens(model="m", system=SYSTEM, messages=messages).input_tokens
+    with server.anthropic.messages.stream(model="m", max_tokens=4, system=SYSTEM, messages=messages) as stream:
+        start = next(e for e in stream if e.type == "message_start")
+        final = stream.get_final_message()
+    assert start.message.usage.input_tokens == counted == final.usage.input_tokens
+    # llama-server's rule: no messages at all renders what the template adds alone
+    empty = server.anthropic.messages.create(model="m", max_tokens=4, messages=[])
+    assert empty.type == "message" and empty.usage.input_tokens > 0
+
+
+def test_thinking_history_reaches_the_template_and_tool_results_keep_images(server, tree):
+    from llama_ffi.high.chat.templates import ChatTemplate
+    from llama_ffi.server.anthropic import MessagesRequest, chat_body
+
+    thought = "I should list the files first."
+    turns = [
+        {"role": "user", "content": "Fix the bug"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": thought, "signature": "x"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "tool_use", "id": "c1", "name": "ls", "input": {"path": "."}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "main.py"}]},
+    ]
+    chat = chat_body(MessagesRequest(model="m", max_tokens=4, messages=turns))
+    assert chat["messages"][1]["reasoning_content"] == thought
+    qwen3 = ChatTemplate((tree.path / "models/templates/Qwen-Qwen3-0.6B.jinja").read_text())
+    assert thought in qwen3.render(chat["messages"])  # Qwen 3 shows thinking after the last user turn
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    result = {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "a.png"}, image]}
+    chat = chat_body(
+        MessagesRequest(model="m", max_tokens=4, messages=[*turns[:2], {"role": "user", "content": [result]}])
+    )
+    parts = chat["messages"][2]["content"]
+    assert parts[0] == {"type": "text", "text": "a.png"} and parts[1]["image_url"]["url"].startswith("data:image/png")
+    # this model has no projector: refused by name, in Anthropic's shape
+    r = httpx.post(
+        server.url + "/v1/messages",
+        json={"model": "m", "max_tokens": 4, "messages": [*turns[:2], {"role": "user", "content": [result]}]},
+        timeout=60,
+    )
+    assert r.status_code == 400 and "mmproj" in r.json()["error"]["message"]
+
+
 # ---- OpenAI Responses -----------------------------------------------------------------------------
 def test_responses_equal_chat_completions_and_continue(server):
     first, _ = chat_text(server, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}])

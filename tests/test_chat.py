@@ -199,6 +199,36 @@ def test_model_file_templates_named_variants_and_extra_arguments(tree, tiny_conf
     assert named.endswith("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n")
 
 
+def test_templates_get_todays_date_and_join_strings_with_undefined_as_llama_cpp(tree):
+    """llama.cpp gives every template ``date_string`` and ``datetime`` and joins a string with an
+    undefined value as with "" (FireFunction adds an undefined ``functions`` when given no tools)."""
+    import datetime
+
+    def render(file, **extra):
+        source = (tree.path / "models/templates" / file).read_text()
+        return ChatTemplate(source, file).render(USER_ONLY, **extra)
+
+    today = datetime.date.today()
+    assert f"Today Date: {today.strftime('%d %b %Y')}\n" in render("meta-llama-Llama-3.3-70B-Instruct.jinja")
+    assert "Today Date: 1 Jan 2000\n" in render("meta-llama-Llama-3.3-70B-Instruct.jinja", date_string="1 Jan 2000")
+    firefunction = render("fireworks-ai-llama-3-firefunction-v2.jinja")
+    assert f"Available functions as JSON spec:\n\nToday is {today.strftime('%b %d %Y')}." in firefunction
+    assert ChatTemplate("{{ a + 'x' }}|{{ 'y' + none }}|{{ 1 + 2 }}|{{ [1] + [2] }}").render([]) == "x|y|3|[1, 2]"
+    with pytest.raises(TemplateError, match="undefined"):
+        ChatTemplate("{{ a + 1 }}").render([])
+
+
+def test_template_arguments_can_turn_the_generation_prompt_off(tree, tiny_config, tmp_path):
+    from tiny_llama import write_gguf
+
+    from llama_ffi.high.chat.completion import render_prompt
+
+    qwen3 = (tree.path / "models/templates/Qwen-Qwen3-0.6B.jinja").read_text()
+    with Llama(write_gguf(tmp_path / "t.gguf", tiny_config, {"default": qwen3}), vocab_only=True, progress=False) as m:
+        without = render_prompt(m, USER_ONLY, extra_template_arguments={"add_generation_prompt": False})
+    assert without == "<|im_start|>user\nHi<|im_end|>\n"
+
+
 @pytest.mark.parametrize(
     "name, expected",
     [
@@ -268,7 +298,7 @@ def test_generation_block_and_helpers():
         ([{"role": "wizard", "content": "x"}], "unknown role"),
         ([{"role": "user"}], "no 'content'"),
         ([{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}], "unsupported type"),
-        ([], "non-empty"),
+        ("hello", "must be a list of dicts"),
         (["hello"], "must be a dict"),
     ],
 )

@@ -422,6 +422,30 @@ def test_slots_and_metrics(server, client):
     assert any(s["n_cached_tokens"] > 0 for s in slots(server))
 
 
+def test_metrics_count_llama_servers_own_routes_as_it_does(server):
+    wait_idle(server)
+    before = {n: metric(server, n) for n in ("tokens_predicted_total", "prompt_tokens_total", "n_decode_total")}
+    r = httpx.post(server.url + "/completion", json={"prompt": PROMPT, "n_predict": 4, "ignore_eos": True}, timeout=60)
+    timings = r.json()["timings"]
+    assert (
+        metric(server, "tokens_predicted_total")
+        == before["tokens_predicted_total"] + timings["predicted_n"]
+        == (before["tokens_predicted_total"] + 4)
+    )
+    assert metric(server, "prompt_tokens_total") == before["prompt_tokens_total"] + timings["prompt_n"]
+    assert metric(server, "n_decode_total") > before["n_decode_total"]
+    # the first token comes with the prompt: the speed is over the 3 steps after it
+    assert timings["predicted_per_second"] == pytest.approx(3e3 / timings["predicted_ms"])
+    # ignore_eos bans every end-of-generation token: -inf, null in JSON (llama-server's shape)
+    bans = r.json()["generation_settings"]["logit_bias"]
+    assert bans and all(b["bias"] is None and isinstance(b["token"], int) for b in bans)
+    response = httpx.get(server.url + "/metrics")
+    assert b"Process-Start-Time-Unix" in b"".join(k for k, _ in response.headers.raw)  # as llama-server spells it
+    assert 0 < int(response.headers["process-start-time-unix"]) <= time.time()
+    for name in ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total"):
+        assert metric(server, name) == 0  # no drafter here
+
+
 # ---- errors ---------------------------------------------------------------------------------------------
 BAD = [
     ("/v1/completions", b"{not json", "JSON"),
@@ -434,7 +458,7 @@ BAD = [
     ("/v1/completions", b'{"prompt": "x", "grammar": "root ::= nothing"}', "grammar"),
     ("/v1/completions", b'{"prompt": [1, "a"]}', "prompt"),
     ("/v1/completions", b'{"prompt": "x", "lora": [{"id": 3, "scale": 1}]}', "lora"),
-    ("/v1/chat/completions", b'{"messages": []}', "messages"),
+    ("/v1/chat/completions", b'{"messages": "hello"}', "messages"),
     ("/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "x"}]}', "role"),
     (
         "/v1/chat/completions",
@@ -650,7 +674,7 @@ def test_embeddings_float_and_base64(smollm2_path):
         smollm2_path, embeddings=True, pooling_type=lib.LLAMA_POOLING_TYPE_MEAN, n_ctx=512, progress=False
     ) as llm:
         want = np.array(llm.embed(texts, normalize=True))
-    with ServerProcess(smollm2_path, "-c", "512", "--embeddings", "--pooling", "mean") as s:
+    with ServerProcess(smollm2_path, "-c", "512", "--embeddings", "--pooling", "mean", "--metrics") as s:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
         by_default = client.embeddings.create(model="SmolLM2-135M-Instruct.Q4_1.gguf", input=texts)  # base64
         as_float = client.embeddings.create(
@@ -665,6 +689,9 @@ def test_embeddings_float_and_base64(smollm2_path):
         assert as_float.usage.prompt_tokens > 0
         r = httpx.post(s.url + "/v1/completions", json={"prompt": "x"})
         assert r.status_code == 501
+        # embedding inputs are prompts that cost decodes: llama-server counts them so
+        assert metric(s, "prompt_tokens_total") == 3 * as_float.usage.prompt_tokens
+        assert metric(s, "n_decode_total") >= 3 and metric(s, "tokens_predicted_total") == 0
 
 
 def test_rerank(tree):

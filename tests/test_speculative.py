@@ -235,8 +235,13 @@ def test_prefix_reuse_after_speculation(plain, engines):
 
 def test_stats_are_coherent(engines):
     llm = engines["ngram-k"]
+    before = llm.engine.status().stats
     out = llm(REPETITIVE, max_tokens=96, temperature=0)
     s = llm.last_speculative_stats
+    after = llm.engine.status().stats  # the engine's totals (llama-server's spec_decode metrics)
+    assert after.drafts - before.drafts == s.draft_calls > 0
+    assert after.draft_tokens - before.draft_tokens == s.drafted_tokens
+    assert after.accepted_draft_tokens - before.accepted_draft_tokens == s.accepted_tokens
     assert s.type == "NGRAM_MAP_K"
     assert 0.0 < s.acceptance_rate <= 1.0
     assert s.mean_accepted_length == pytest.approx(s.accepted_tokens / s.draft_calls)

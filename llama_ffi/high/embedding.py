@@ -8,7 +8,7 @@ bounded for any number of inputs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -77,12 +77,19 @@ PACK_TOKENS = 512
 
 
 def embed_token_lists(
-    ctx, token_lists: Sequence[list[int]], pooling: int, n_out: int, seqs: Sequence[int], pack_tokens: int = PACK_TOKENS
+    ctx,
+    token_lists: Sequence[list[int]],
+    pooling: int,
+    n_out: int,
+    seqs: Sequence[int],
+    pack_tokens: int = PACK_TOKENS,
+    decoded: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """(input index, vectors) for each input: shape (n_out,) pooled, (n_tokens, n_embd) for none.
 
     ``n_out`` is n_embd, or for rank pooling 1 (only the first score of each sequence is read).
-    ``seqs``: the sequences it may use (empty; they are left empty).
+    ``seqs``: the sequences it may use (empty; they are left empty). ``decoded``: told the tokens
+    of each decode (the engine's figures).
     """
     n_batch = min(ctx.n_batch, max(pack_tokens, 1))
     per_token = pooling == lib.LLAMA_POOLING_TYPE_NONE
@@ -92,6 +99,8 @@ def embed_token_lists(
     def flush() -> Iterator[tuple[int, np.ndarray]]:
         try:
             ctx.decode(batch.c)
+            if decoded is not None:
+                decoded(batch.c.n_tokens)
         finally:  # embeddings need no cache: every batch starts empty
             for seq in seqs[: len(pending)]:
                 lib.llama_memory_seq_rm(ctx.memory, seq, -1, -1)
@@ -189,7 +198,8 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
     out: list[np.ndarray] = [np.empty(0)] * len(texts)
     with llm.engine.exclusive(main=False, spare=True), ctx.embedding_mode():
         seqs = [slot.seq for slot in llm.engine.slots.spare(len(token_lists))]
-        for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out, seqs):
+        counted = llm.engine.stats.count_embedding
+        for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out, seqs, decoded=counted):
             out[index] = vec
     return out, sum(len(t) for t in token_lists)
 

@@ -314,11 +314,14 @@ class Llama:
         control_vector=None,
         n: int = 1,
         suffix: str | None = None,
+        return_progress: bool = False,
         **sampling,
     ):
         """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``.
         ``model`` names the model in the result (default: its path). A list of prompts, or ``n`` >
-        1, decodes all choices together; so do calls from several threads (``llama_ffi.high.engine``)."""
+        1, decodes all choices together; so do calls from several threads (``llama_ffi.high.engine``).
+        ``return_progress`` (llama-server's): a stream also has ``prompt_progress`` chunks (no
+        choices) while its prompt is evaluated."""
         self._check_open()
         request = completion.prepare(
             self,
@@ -337,15 +340,15 @@ class Llama:
             suffix=suffix,
             sampling=sampling,
         )
-        return results.completion(results.Call(self, *request, streamed=stream))
+        return results.completion(results.Call(self, *request, streamed=stream, progress=return_progress))
 
-    async def acreate_completion(self, prompt, *, stream: bool = False, **kwargs):
+    async def acreate_completion(self, prompt, *, stream: bool = False, return_progress: bool = False, **kwargs):
         """``create_completion`` for asyncio: awaits the dict, or with ``stream=True`` returns an
         async iterator of chunks; the event loop is never blocked, and cancelling the task frees its
         slot at the next step."""
         self._check_open()
         request = completion.prepare_keywords(self, prompt, kwargs)
-        return await results.acompletion(results.Call(self, *request, streamed=stream))
+        return await results.acompletion(results.Call(self, *request, streamed=stream, progress=return_progress))
 
     __call__ = create_completion
 

@@ -27,7 +27,7 @@ STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
 class MessagesRequest(Body):
     model: StrictStr | None = None
     max_tokens: StrictInt = Field(ge=1)
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]]  # may be empty, as llama-server allows: the model starts the talk
     system: StrictStr | list[dict[str, Any]] | None = None
     stop_sequences: list[StrictStr] | None = None
     stream: StrictBool = False
@@ -41,7 +41,7 @@ class MessagesRequest(Body):
 
 class CountRequest(Body):
     model: StrictStr | None = None
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]]
     system: StrictStr | list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
 
@@ -57,6 +57,19 @@ def _text_of(blocks, where: str) -> str:
             raise ApiError(400, f"{where}[{i}] must be a text block", where)
         out.append(block["text"])
     return "".join(out)
+
+
+def _result_of(blocks, where: str) -> str | list[dict]:
+    """A tool result's content: its text, or text and image parts (a tool that read an image)."""
+    if not isinstance(blocks, list) or not any(isinstance(b, dict) and b.get("type") == "image" for b in blocks):
+        return _text_of(blocks, where)
+    parts = []
+    for i, block in enumerate(blocks):
+        if isinstance(block, dict) and block.get("type") == "image":
+            parts.append(_image(block, f"{where}[{i}]"))
+        else:
+            parts.append({"type": "text", "text": _text_of([block], f"{where}[{i}]")})
+    return parts
 
 
 def _image(block: dict, where: str) -> dict:
@@ -82,7 +95,7 @@ def _turn(message: dict, m: int) -> list[dict]:
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise ApiError(400, f"{where}.content must be a string or a list of blocks", where)
-    parts, calls, results = [], [], []
+    parts, calls, results, thinking = [], [], [], []
     for b, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         here = f"{where}.content[{b}]"
@@ -100,21 +113,27 @@ def _turn(message: dict, m: int) -> list[dict]:
         elif kind == "tool_result" and role == "user":
             if not isinstance(block.get("tool_use_id"), str):
                 raise ApiError(400, f"{here}: tool_result needs its tool_use_id", here)
-            text = _text_of(block.get("content") or "", here + ".content")
+            result = _result_of(block.get("content") or "", here + ".content")
             if block.get("is_error"):
-                text = f"Error: {text}"
-            results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            continue  # earlier thinking is not shown to the model again (as Anthropic's API does)
+                result = (
+                    f"Error: {result}" if isinstance(result, str) else [{"type": "text", "text": "Error: "}, *result]
+                )
+            results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result})
+        elif kind == "thinking" and role == "assistant" and isinstance(block.get("thinking"), str):
+            thinking.append(block["thinking"])  # the template decides whether the model sees it again
+        elif kind == "redacted_thinking" and role == "assistant":
+            continue  # encrypted by Anthropic: nothing a local model can read
         else:
             raise ApiError(400, f"{here}: a {kind!r} block is not allowed in a {role} turn", here)
     out = list(results)
-    if parts or calls or not results:
+    if parts or calls or thinking or not results:
         text_only = all(p["type"] == "text" for p in parts)
         body: Any = "".join(p["text"] for p in parts) if text_only else parts
         message_out: dict = {"role": role, "content": body}
         if calls:
             message_out["tool_calls"] = calls
+        if thinking:
+            message_out["reasoning_content"] = "\n\n".join(thinking)
         out.append(message_out)
     return out
 
@@ -222,7 +241,7 @@ def sse(kind: str, payload: dict) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **payload}, ensure_ascii=False)}\n\n".encode()
 
 
-async def events(chunks: AsyncIterator[dict], model: str) -> AsyncIterator[bytes]:
+async def events(chunks: AsyncIterator[dict], model: str, input_tokens: int) -> AsyncIterator[bytes]:
     """OpenAI chat chunks as Anthropic's stream: one block per kind of delta, opened when it starts
     and stopped when another starts or the message ends."""
     shell = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": model, "content": []}
@@ -233,7 +252,7 @@ async def events(chunks: AsyncIterator[dict], model: str) -> AsyncIterator[bytes
                 **shell,
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": _usage({"prompt_tokens": 0, "completion_tokens": 0}),
+                "usage": _usage({"prompt_tokens": input_tokens, "completion_tokens": 0}),
             }
         },
     )
@@ -291,20 +310,25 @@ def add_routes(app: FastAPI, served) -> None:
     async def messages(request: Request):
         body = await parse(request, MessagesRequest)
         llm = served.accept(body)
-        result, release, _ = await handling.chat(request, served, llm, {**chat_body(body), "stream": body.stream})
+        chat = chat_body(body)
+        # message_start tells the prompt's length before the first token (as Anthropic's API does)
+        input_tokens = _count(llm, chat) if body.stream else 0
+        result, release, _ = await handling.chat(request, served, llm, {**chat, "stream": body.stream})
         if not body.stream:
             release()
             served.metrics.finished(result.get("usage"))
             return message(result, served.model_id)
-        return EventStream(events(result, served.model_id), release)
+        return EventStream(events(result, served.model_id, input_tokens), release)
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request):
         body = await parse(request, CountRequest)
-        llm = served.accept(body)
-        chat = chat_body(body)
-        try:
-            _, n = chat_prompt(llm, chat["messages"], tools=chat.get("tools"))
-        except (ValueError, TypeError) as error:
-            raise errors.from_library(error) from None
-        return {"input_tokens": n}
+        return {"input_tokens": _count(served.accept(body), chat_body(body))}
+
+
+def _count(llm, chat: dict) -> int:
+    """The prompt tokens of a translated request: its messages and tools through the template."""
+    try:
+        return chat_prompt(llm, chat["messages"], tools=chat.get("tools"))[1]
+    except (ValueError, TypeError) as error:
+        raise errors.from_library(error) from None

@@ -51,6 +51,7 @@ class Served:
         self.load_error: BaseException | None = None
         self.in_flight = 0
         self.metrics = Metrics()
+        self.started = time.time()
         self.names: set[str] = set()
         self.model_id = options.alias or ""
         self.aliases: set[str] = set()
@@ -312,6 +313,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         """llama-server's own shape: ``[{"index", "embedding": [vector, ...]}]`` (one per token with
         pooling none)."""
         vectors, per_token = await embed(request, await parse(request, EmbeddingRequest), "array")
+        served.metrics.finished(None)  # its tokens are the engine's embedded_tokens
         return [{"index": i, "embedding": v if per_token else [v]} for i, v in enumerate(vectors)]
 
     @app.post("/v1/embeddings")
@@ -327,7 +329,7 @@ def _routes(app: FastAPI, served: Served) -> None:
         if body.encoding_format == "base64":
             for item in out["data"]:
                 item["embedding"] = base64.b64encode(np.asarray(item["embedding"], dtype="<f4").tobytes()).decode()
-        served.metrics.finished(out.get("usage"))
+        served.metrics.finished(None)  # its tokens are the engine's embedded_tokens
         return out
 
     @app.post("/v1/rerank")
@@ -376,9 +378,12 @@ def _routes(app: FastAPI, served: Served) -> None:
     async def metrics():
         if not options.metrics:
             raise ApiError(501, "this server does not serve metrics: start it with --metrics", code="not_supported")
-        return PlainTextResponse(
+        response = PlainTextResponse(
             served.metrics.prometheus(served.ready(), served.in_flight), media_type="text/plain; version=0.0.4"
         )
+        # llama-server's header, spelled as it spells it (clients that read it compare case)
+        response.raw_headers.append((b"Process-Start-Time-Unix", str(int(served.started)).encode()))
+        return response
 
     @app.get("/slots")
     async def slots():
@@ -405,5 +410,7 @@ def _slots(llm) -> list[dict]:
 
 def _infill_chunk(chunk: dict) -> dict:
     """llama-server's /infill stream: ``{"content", "stop"}`` per chunk."""
+    if "prompt_progress" in chunk:
+        return {"content": "", "stop": False, "prompt_progress": chunk["prompt_progress"]}
     choice = chunk["choices"][0]
     return {"content": choice["text"], "stop": choice["finish_reason"] is not None, "index": choice["index"]}

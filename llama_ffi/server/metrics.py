@@ -29,9 +29,13 @@ class Metrics:
         status = llm.engine.status()
         stats = status.stats
         processing = status.processing
-        steps = stats.prompt_steps + stats.generation_steps
+        steps = stats.prompt_steps + stats.generation_steps + stats.embedding_decodes
         counters = [
-            ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", self.prompt_tokens),
+            (
+                "prompt_tokens_total",
+                "Number of prompt tokens processed, excluding cached tokens",
+                self.prompt_tokens + stats.embedded_tokens,  # embedding inputs are prompts too
+            ),
             ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", self.prompt_tokens_cached),
             ("prompt_seconds_total", "Total time spent processing prompts", stats.prompt_s),
             ("tokens_predicted_total", "Number of generation tokens processed", self.tokens_predicted),
@@ -43,6 +47,9 @@ class Metrics:
             ("n_decode_total", "Total number of decode steps", steps),
             ("n_tokens_max", "Largest observed sequence length (prompt + generation)", self.n_tokens_max),
             ("requests_total", "Number of requests finished", self.requests),
+            ("spec_decode_num_draft_tokens_total", "Number of draft tokens verified", stats.draft_tokens),
+            ("spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted", stats.accepted_draft_tokens),
+            ("spec_decode_num_drafts_total", "Number of drafts verified", stats.drafts),
         ]
         gauges = [
             (

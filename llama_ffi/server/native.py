@@ -17,11 +17,12 @@ from pydantic import StrictBool, StrictInt
 from llama_ffi.high import completion
 from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.high.engine import results
+from llama_ffi.high.engine.progress import PromptProgress
 from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError, sse_error
 from llama_ffi.server.handling import awaited, parse
 from llama_ffi.server.schemas import ChatRequest, Sampling
-from llama_ffi.server.streaming import Clock, EventStream, event
+from llama_ffi.server.streaming import Clock, EventStream, event, progress_timings
 
 
 class NativeRequest(Sampling):
@@ -126,7 +127,10 @@ def stop_type(choice) -> str:
 
 def settings_json(settings, n_predict: int | None) -> dict:
     sampling = dataclasses.asdict(settings.sampling)
-    sampling["logit_bias"] = [[t, b] for t, b in (settings.sampling.logit_bias or {}).items()]
+    # llama-server's shape; a ban (-inf) is null, as JSON has no infinity
+    sampling["logit_bias"] = [
+        {"bias": b if math.isfinite(b) else None, "token": t} for t, b in (settings.sampling.logit_bias or {}).items()
+    ]
     sampling["dry_sequence_breakers"] = list(sampling["dry_sequence_breakers"])
     return {"n_predict": -1 if n_predict is None else n_predict, "stop": settings.stop, **sampling}
 
@@ -245,19 +249,22 @@ def add_routes(app: FastAPI, served) -> None:
             from llama_ffi.high.chat.completion import response_grammar
 
             kwargs["grammar"] = response_grammar({"type": "json_object", "schema": body.json_schema})
+        progress = kwargs.pop("return_progress", False)
         try:
             prepared = completion.prepare_keywords(llm, prompts_of(llm, prompt), {**kwargs, "model": served.model_id})
         except (ValueError, TypeError) as error:  # the library's refusals, shaped for the client
             raise errors.from_library(error) from None
-        the_call = results.Call(llm, *prepared, streamed=body.stream)
+        the_call = results.Call(llm, *prepared, streamed=body.stream, progress=progress)
         clock = Clock()
         if not body.stream:
             with served.ticket():
                 await awaited(request, _drain(the_call, clock))
+            served.metrics.finished(the_call.usage())
             out = [final(llm, the_call, c, body, served.model_id, clock, False) for c in the_call.choices]
             return out[0] if len(out) == 1 else out
         stack = contextlib.ExitStack()
         stack.enter_context(served.ticket())
+        stack.callback(lambda: served.metrics.finished(the_call.usage()))  # however the stream ended
         return EventStream(_events(llm, the_call, body, served.model_id, clock), stack.close)
 
 
@@ -271,7 +278,14 @@ async def _events(llm, call_, body: NativeRequest, model: str, clock: Clock):
     n_prompt = {c.index: len(g.prompt) for g in call_.request.groups for c in g.choices}
     try:
         async with contextlib.aclosing(results.aitems(call_)) as items:
-            async for index, ev in items:
+            async for item in items:
+                if isinstance(item, PromptProgress):  # before the first token: the clock does not start
+                    out = {"index": 0, "content": "", "tokens": [], "stop": False, "prompt_progress": item.as_dict()}
+                    if body.timings_per_token:
+                        out["timings"] = progress_timings(out["prompt_progress"])
+                    yield event(out)
+                    continue
+                index, ev = item
                 clock.tick()
                 if ev is None:
                     choice = next(c for c in call_.choices if c.index == index)

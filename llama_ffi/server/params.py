@@ -103,6 +103,8 @@ def generation_kwargs(llm, body: Sampling, options: ServerOptions, default_max: 
         kwargs["active_loras"] = active
     if body.n != 1:
         kwargs["n"] = body.n
+    if body.return_progress and body.stream:
+        kwargs["return_progress"] = True
     return kwargs
 
 
@@ -124,6 +126,8 @@ def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
     template_arguments = {}
     if options.reasoning == "off":  # llama-server's --reasoning off: the template is told not to think
         template_arguments["enable_thinking"] = False
+    if body.add_generation_prompt is False and not body.continue_final_message:  # a continued turn has no new one
+        template_arguments["add_generation_prompt"] = False
     template_arguments.update(body.chat_template_kwargs or {})
     if template_arguments:
         kwargs["extra_template_arguments"] = template_arguments

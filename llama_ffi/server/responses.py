@@ -23,7 +23,7 @@ from llama_ffi.server import handling
 from llama_ffi.server.errors import ApiError, from_library
 from llama_ffi.server.handling import parse
 from llama_ffi.server.schemas import Body
-from llama_ffi.server.streaming import EventStream
+from llama_ffi.server.streaming import Clock, EventStream
 
 KEPT = 1024  # stored responses (least recently stored go first)
 
@@ -43,6 +43,8 @@ class ResponsesRequest(Body):
     text: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     parallel_tool_calls: StrictBool = True
+    timings_per_token: StrictBool = False  # llama-server's: speeds on text deltas and the end
+    return_progress: StrictBool = False  # llama-server's: prompt progress on response.in_progress
 
 
 class Store:
@@ -252,7 +254,7 @@ def chat_body(body, history: list[dict]) -> dict:
     messages += input_messages(body.input)
     if not messages:
         raise ApiError(400, "input is empty", "input")
-    out: dict = {"messages": messages, "stream": body.stream}
+    out: dict = {"messages": messages, "stream": body.stream, "return_progress": body.return_progress}
     if body.max_output_tokens is not None:
         out["max_tokens"] = body.max_output_tokens
     for name in ("temperature", "top_p"):
@@ -281,9 +283,20 @@ class Stream:
         self.text_item: int | None = None
         self.calls: dict[int, int] = {}  # chat tool call index -> output index
         self.text = ""
+        self.clock, self.progress, self.produced = Clock(), None, 0
+
+    def timings(self, usage: dict | None = None) -> dict:
+        """llama-server's speeds so far: the prompt's (from its progress, or the usage at the end)."""
+        if usage is not None:
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+            return self.clock.timings(usage["prompt_tokens"], usage["completion_tokens"], cached)
+        progress = self.progress or {"total": 0, "cache": 0}
+        return self.clock.timings(progress["total"], self.produced, progress["cache"])
 
     def event(self, kind: str, **payload) -> bytes:
         data = {"type": kind, "sequence_number": self.sequence, **payload}
+        if self.body.timings_per_token and kind == "response.output_text.delta":
+            data["timings"] = self.timings()
         self.sequence += 1
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
@@ -316,6 +329,8 @@ class Stream:
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             out.append(self.text_event("response.content_part.added", self.text_item, part=part))
         self.text += text
+        self.clock.tick()
+        self.produced += 1
         out.append(self.text_event("response.output_text.delta", self.text_item, delta=text, logprobs=[]))
         return out
 
@@ -418,6 +433,11 @@ async def _events(
     usage, finish = None, None
     try:
         async for chunk in chunks:
+            if "prompt_progress" in chunk:
+                stream.progress = chunk["prompt_progress"]
+                shell = stream.shell("in_progress")
+                yield stream.event("response.in_progress", response=shell, prompt_progress=stream.progress)
+                continue
             usage = chunk.get("usage") or usage
             for choice in chunk["choices"]:
                 delta = choice.get("delta") or {}
@@ -439,7 +459,8 @@ async def _events(
             ]
             reply = {"content": stream.text, "tool_calls": calls or None}
             store.put(final, messages + [_history_message(reply)])
-        yield stream.event("response.completed", response=final)
+        timings = {"timings": stream.timings(usage)} if body.timings_per_token and usage else {}
+        yield stream.event("response.completed", response=final, **timings)
     except Exception as error:  # noqa: BLE001 - the client sees it as an event
         shaped = from_library(error)
         yield stream.event("error", code=shaped.code, message=shaped.message, param=shaped.param)

@@ -55,6 +55,7 @@ class Sampling(Knobs):
     ignore_eos: StrictBool = False
     lora: list[LoraChoice] | None = None
     timings_per_token: StrictBool = False  # llama-server's: speeds on a stream's usage chunk
+    return_progress: StrictBool = False  # llama-server's: prompt_progress chunks in a stream
     cache_prompt: StrictBool = True  # llama-server's; every slot keeps its cache here
 
     @field_validator("n_predict")
@@ -73,7 +74,7 @@ class CompletionRequest(Sampling):
 
 
 class ChatRequest(Sampling):
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]]  # may be empty (llama-server's rule): the template alone
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
     logprobs: StrictBool | None = None
     top_logprobs: StrictInt | None = Field(None, ge=0, le=20)

@@ -33,6 +33,7 @@ class Clock:
         first = self.first or time.perf_counter()
         prompt_ms = (first - self.start) * 1e3
         predicted_ms = (time.perf_counter() - first) * 1e3
+        steps = max(n_predicted - 1, 0)
         return {
             "cache_n": cached,
             "prompt_n": n_prompt - cached,
@@ -41,9 +42,26 @@ class Clock:
             "prompt_per_second": 1e3 * (n_prompt - cached) / prompt_ms if prompt_ms else 0.0,
             "predicted_n": n_predicted,
             "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": predicted_ms / max(n_predicted, 1),
-            "predicted_per_second": 1e3 * n_predicted / predicted_ms if predicted_ms else 0.0,
+            # the first token comes with the prompt's last batch: the rate is over the steps after it
+            "predicted_per_token_ms": predicted_ms / steps if steps else 0.0,
+            "predicted_per_second": 1e3 * steps / predicted_ms if steps and predicted_ms else 0.0,
         }
+
+
+def progress_timings(progress: dict) -> dict:
+    """llama-server's timings on a prompt-progress event: the prompt's so far, nothing predicted."""
+    n, ms = progress["processed"] - progress["cache"], progress["time_ms"]
+    return {
+        "cache_n": progress["cache"],
+        "prompt_n": n,
+        "prompt_ms": ms,
+        "prompt_per_token_ms": ms / n if n else 0.0,
+        "prompt_per_second": 1e3 * n / ms if n and ms else 0.0,
+        "predicted_n": 0,
+        "predicted_ms": 0.0,
+        "predicted_per_token_ms": 0.0,
+        "predicted_per_second": 0.0,
+    }
 
 
 def event(payload: dict) -> bytes:
@@ -71,6 +89,11 @@ async def openai_events(
     try:
         try:
             async for chunk in chunks:
+                if "prompt_progress" in chunk:  # before the first token: the clock does not start
+                    if timings:
+                        chunk["timings"] = progress_timings(chunk["prompt_progress"])
+                    yield event(chunk if shape is None else shape(chunk))
+                    continue
                 clock.tick()
                 if "usage" in chunk:
                     seen["usage"] = chunk.pop("usage")

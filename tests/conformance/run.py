@@ -89,16 +89,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reference", action="store_true", help="record what the pinned llama-server passes")
     parser.add_argument("--work", default=str(ROOT / "build" / "conformance"))
+    parser.add_argument("--files", nargs="+", default=FILES, help="test files of the unit directory to run")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     if args.reference:
         binary = ROOT / "build" / "llama.cpp-reference" / "bin" / "llama-server"
-        passed = run(str(binary), Path(args.work) / "reference")
+        passed = run(str(binary), Path(args.work) / "reference", args.files)
         PASSES.write_text("".join(f"{t}\n" for t in sorted(passed)))  # one id per line (ids may hold spaces)
         print(f"llama-server passes {len(passed)}; written to {PASSES}")
     else:
-        passed = run("llama-ffi", Path(args.work) / "ours")
+        passed = run("llama-ffi", Path(args.work) / "ours", args.files)
         print(f"llama-ffi serve passes {len(passed)}")
+        print("".join(f"{t}\n" for t in sorted(passed)), end="")
 
 
 if __name__ == "__main__":

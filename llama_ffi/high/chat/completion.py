@@ -94,10 +94,10 @@ def render_prompt(
     template = model_template(llm, chat_template_name)
     if template is None:
         return format_with_builtin(FALLBACK_FORMAT, messages)
-    # llama.cpp passes enable_thinking (true unless asked otherwise) to every Jinja template
-    return template.render(
-        messages, add_generation_prompt=True, **{"enable_thinking": True, **(extra_template_arguments or {})}
-    )
+    # llama.cpp passes enable_thinking (true unless asked otherwise) to every Jinja template; the
+    # template arguments may also turn the generation prompt off (llama-server's add_generation_prompt)
+    arguments = {"add_generation_prompt": True, "enable_thinking": True, **(extra_template_arguments or {})}
+    return template.render(messages, **arguments)
 
 
 def render_media_prompt(llm, messages: list[dict], media: list, **options) -> tuple[str, list]:
@@ -316,6 +316,9 @@ class ChatPlan:
     def _deltas(self, completion_chunk: dict, started: dict) -> list[dict]:
         """The chat chunks of one completion chunk (the first of each choice says its role); with
         calls or reasoning to parse, its text goes through the choice's ``CallStream``."""
+        if "prompt_progress" in completion_chunk:
+            shell = shapes.chat_chunk(self.cid, self.created, self.model, {}, None, 0)
+            return [{**shell, "choices": [], "prompt_progress": completion_chunk["prompt_progress"]}]
         choice = completion_chunk["choices"][0]
         index, out = choice["index"], []
         if index not in started:

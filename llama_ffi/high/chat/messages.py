@@ -37,8 +37,10 @@ def text_only(messages: list[dict]) -> list[dict]:
 def validate_messages(messages) -> list[dict]:
     """Copies of the messages with list-of-parts content joined into text (kept as parts where it
     holds media); ValueError otherwise."""
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise ValueError("messages must be a non-empty list of dicts")
+    # an empty list renders what the template adds alone (the generation prompt), as llama-server
+    # and llama-cpp-python do
+    if not isinstance(messages, (list, tuple)):
+        raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):

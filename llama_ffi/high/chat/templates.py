@@ -60,10 +60,21 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+def _today() -> dict:
+    """The dates llama.cpp gives every template (common/chat.cpp's extra context): Llama 3.x
+    reads ``date_string``, FireFunction ``datetime``; a request's template kwargs override them."""
+    now = datetime.datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
+def _absent(value) -> bool:
+    return value is None or isinstance(value, jinja2.Undefined)
+
+
 class _Sandbox(SandboxedEnvironment):
     # Not the immutable sandbox: real templates (Kimi K2) build lists with append. They only
     # ever see copies of the messages; Python internals stay out of reach either way.
-    intercepted_binops = frozenset(["*", "**"])
+    intercepted_binops = frozenset(["*", "**", "+"])
 
     def unsafe_undefined(self, obj, attribute):
         # Jinja's default renders an unsafe attribute as undefined; a chat template that reaches
@@ -71,6 +82,10 @@ class _Sandbox(SandboxedEnvironment):
         raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} is unsafe")
 
     def call_binop(self, context, operator, left, right):
+        if operator == "+" and _absent(left) != _absent(right) and isinstance(left if _absent(right) else right, str):
+            # llama.cpp's engine joins a string with an undefined or null value as with "": templates
+            # such as FireFunction's add an undefined ``functions`` when no tools are given
+            return "" + (right if _absent(left) else left)
         if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
             raise SecurityError(f"exponent {right} is too large")
         if operator == "*":
@@ -134,7 +149,7 @@ class ChatTemplate:
                 tools=tools,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
-                **extra,
+                **{**_today(), **extra},
             )
         except (SecurityError, OverflowError) as exc:
             raise TemplateSecurityError(f"template {self.name!r} tried an unsafe operation: {exc}") from None

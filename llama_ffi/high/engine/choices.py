@@ -76,6 +76,7 @@ class Group:
     evaluated: int = 0  # prompt positions the leader's slot holds
     cached: int = 0  # of them, those its slot (or the prompt cache) held at admission
     live: int = 0  # choices not finished yet
+    admitted_at: float | None = None  # when its prompt got a slot (prompt progress)
 
     def __post_init__(self) -> None:
         self.live = len(self.choices)

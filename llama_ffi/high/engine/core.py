@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from llama_ffi._logging import logger
 from llama_ffi.high.context import ClosedError
+from llama_ffi.high.engine import progress
 from llama_ffi.high.engine.admission import Admission, copy_of
 from llama_ffi.high.engine.request import Request, RequestCancelled
 from llama_ffi.high.engine.slots import SlotTable
@@ -187,6 +188,7 @@ class Engine:
         if self.before_step is not None:
             self.before_step()
         for group in admitted:
+            progress.report(group)  # nothing evaluated yet: what the cache held
             if isinstance(group.prompt, MediaPrompt):
                 self.stepper.evaluate_media(group)
         self.stepper.step()

@@ -97,10 +97,11 @@ def _resolve(future: asyncio.Future) -> None:
 class Request:
     """The groups of one call, where their results go, and whether the caller still wants them."""
 
-    def __init__(self, groups: list, settings, streamed: bool, wake) -> None:
+    def __init__(self, groups: list, settings, streamed: bool, wake, progress: bool = False) -> None:
         self.groups = groups
         self.settings = settings
         self.streamed = streamed
+        self.progress = progress  # a stream that asked for prompt progress (engine.progress)
         self.channel = Channel(wake)
         self.cancelled = False
         self.cancel_reason = "the request was cancelled"

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 from llama_ffi.high import shapes
 from llama_ffi.high.engine.choices import build_groups
+from llama_ffi.high.engine.progress import PromptProgress
 from llama_ffi.high.engine.request import DONE, Request
 from llama_ffi.high.text_output import logprobs_block
 
@@ -30,6 +31,7 @@ class Call:
         echo_texts: Sequence[str],
         model_name: str,
         streamed: bool,
+        progress: bool = False,
     ) -> None:
         ctx = llm.context
         self.engine = llm.engine
@@ -37,7 +39,7 @@ class Call:
         self.n, self.echo_texts, self.model_name = n, list(echo_texts), model_name
         self.settings = settings
         groups = build_groups(ctx, prompts, n, settings, ctx.n_seq_max, ctx.n_ctx_seq)
-        self.request = Request(groups, settings, streamed, self.engine.wake)
+        self.request = Request(groups, settings, streamed, self.engine.wake, progress=streamed and progress)
         self.choices = sorted(self.request.choices, key=lambda c: c.index)
         self.n_prompt = sum(len(p) for p in prompts)
         self.cid, self.created = f"cmpl-{uuid.uuid4()}", int(time.time())
@@ -78,10 +80,14 @@ class Call:
     def shows(self, item) -> bool:
         """A stream carries every token (so a closed one knows what its caller saw); a chunk is
         made of those with text or logprobs, and of every choice's end."""
+        if isinstance(item, PromptProgress):
+            return True
         event = item[1]
         return event is None or bool(event.text) or self.settings.logprobs is not None
 
     def chunk(self, item, left: int) -> dict:
+        if isinstance(item, PromptProgress):  # llama-server's shape: no choices, the progress
+            return {**self.shell([], False), "prompt_progress": item.as_dict()}
         index, event = item
         if event is None:
             choice = next(c for c in self.choices if c.index == index)
@@ -89,6 +95,10 @@ class Call:
                 [shapes.completion_choice(index, "", None, choice.finish_reason, choice.matcher.matched)], left == 0
             )
         return self.shell([shapes.completion_choice(index, event.text, self._logprobs([event]), None)], False)
+
+
+def _ends_a_choice(item) -> bool:
+    return isinstance(item, tuple) and item[1] is None
 
 
 def _raise_if_error(item) -> None:
@@ -155,7 +165,7 @@ def _chunks(call: Call) -> Iterator[dict]:
     yield from call.echo_chunks()
     left = len(call.choices)
     for item in items(call):
-        left -= item[1] is None
+        left -= _ends_a_choice(item)
         if call.shows(item):
             yield call.chunk(item, left)
 
@@ -174,7 +184,7 @@ async def _achunks(call: Call) -> AsyncIterator[dict]:
     left = len(call.choices)
     async with contextlib.aclosing(aitems(call)) as request_items:  # closed with this stream: the slot is freed
         async for item in request_items:
-            left -= item[1] is None
+            left -= _ends_a_choice(item)
             if call.shows(item):
                 yield call.chunk(item, left)
 

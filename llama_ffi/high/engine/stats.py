@@ -23,6 +23,22 @@ class EngineStats:
     generated_tokens: int = 0
     prompt_s: float = 0.0
     generation_s: float = 0.0
+    drafts: int = 0  # drafts verified (llama-server's spec_decode counters)
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
+
+    embedding_decodes: int = 0  # decodes of embedding inputs, between the steps
+    embedded_tokens: int = 0
+
+    def count_embedding(self, n_tokens: int) -> None:
+        self.embedding_decodes += 1
+        self.embedded_tokens += n_tokens
+
+    def count_draft(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.drafts += 1
+            self.draft_tokens += drafted
+            self.accepted_draft_tokens += accepted
 
     @property
     def generation_tps(self) -> float:

@@ -16,7 +16,8 @@ import time
 
 from llama_ffi.high.adapters import Selection
 from llama_ffi.high.context import DecodeAborted, DecodeError
-from llama_ffi.high.engine.choices import NO_OUTPUT, Choice, Group, closing_events, runs_greedily, sample
+from llama_ffi.high.engine import progress
+from llama_ffi.high.engine.choices import NO_OUTPUT, Choice, Group, closing_events, kv_cells, runs_greedily, sample
 from llama_ffi.high.engine.greedy import RUN, GreedyRun
 from llama_ffi.high.engine.slots import Slot, SlotTable
 from llama_ffi.high.engine.speculation import DRAFTING_SEQUENCES, STEP_DRAFT_TOKENS, Speculation
@@ -156,6 +157,7 @@ class Stepper:
         for group, _, take, first in parts:
             group.evaluated += take
             self.stats.prompt_tokens += take
+            progress.report(group)
             if group.evaluated == len(group.prompt):
                 self.work.evaluating.remove(group)
                 self.prompt_done(group, first + take - 1)
@@ -190,6 +192,7 @@ class Stepper:
                 if c.drafting is not None:
                     walk = self.speculation.walk(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine, self.deliver)
                     drafted.append((c, walk))
+                    self.stats.count_draft(len(c.drafting.draft), walk)
                 else:
                     self.deliver(c, sample(c, ctx, ctx_ptr, vocab, self.piece, settings, pristine))
             except BaseException as error:  # a logits processor or stopping criterion of the caller's
@@ -253,6 +256,7 @@ class Stepper:
                 self.work.release(c)
             self.work.end_request(group.request, error)
             return
+        progress.report(group, kv_cells(group.prompt))
         self.prompt_done(group, -1)
         self.finish(self.sample(list(group.choices)))
 
