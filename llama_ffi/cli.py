@@ -184,6 +184,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         (llama-server's rule)."""
         active = _adapters(args, llm)
         llm.adapters.default = llm.adapters.select(active["active_loras"], active.get("control_vector"))
+        if args.lora_init_without_apply:  # loaded at scale 0: POST /lora-adapters turns them on
+            llm.set_default_loras([])
         return [a["name"] for a in active["active_loras"]]
 
     return server_cli.run(args, lambda **options: _open(args, **options), lora_names)
@@ -239,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     adapter = common.add_argument_group("adapters (llama.cpp's flags; repeatable)")
     adapter.add_argument("--lora", action="append", metavar="FILE", help="a LoRA adapter at scale 1")
     adapter.add_argument("--lora-scaled", action="append", type=_file_scale, metavar="FILE:SCALE")
+    adapter.add_argument(
+        "--lora-init-without-apply",
+        action="store_true",
+        help="serve: load the adapters at scale 0 (POST /lora-adapters sets their scales)",
+    )
     adapter.add_argument("--control-vector", action="append", metavar="FILE")
     adapter.add_argument("--control-vector-scaled", action="append", type=_file_scale, metavar="FILE:SCALE")
     adapter.add_argument("--control-vector-layer-range", nargs=2, type=int, metavar=("START", "END"))

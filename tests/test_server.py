@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import ServerProcess
 
-from llama_ffi import near_tie
+from llama_ffi import lib, near_tie
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
@@ -386,7 +386,11 @@ def assert_greedy_or_near_tie(llm, prompt: str, got: str, n: int, bound: float) 
 # ---- other endpoints ------------------------------------------------------------------------------
 def test_models_tokenize_detokenize_infill(server, reference):
     models = httpx.get(server.url + "/v1/models").json()
-    assert models["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert models["data"][0]["id"] == models["models"][0]["name"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert models["models"][0]["capabilities"] == ["completion"]  # llama-server's Ollama-style list
+    meta = models["data"][0]["meta"]
+    assert meta["n_params"] == lib.llama_model_n_params(reference.loaded_model.ptr) and 100e6 < meta["n_params"] < 200e6
+    assert meta["size"] == lib.llama_model_size(reference.loaded_model.ptr)
     text = "Hello <|im_start|> world, ünïcode"
     tokens = httpx.post(server.url + "/tokenize", json={"content": text}).json()["tokens"]
     assert tokens == reference.tokenize(text, add_bos=False, special=True)
@@ -844,6 +848,17 @@ def test_lora_adapters_per_request(smollm2_path, tmp_path):
         assert complete(None) == with_adapter
         assert complete([{"id": 0, "scale": 0}]) == plain
         assert complete([{"id": 0, "scale": 0.5}]) == half
+        # llama-server's /lora-adapters: the scale of requests that name none, listed and changed
+        listed = httpx.get(s.url + "/lora-adapters").json()
+        assert listed == [{"id": 0, "path": str(adapter), "scale": 1.0}]
+        assert httpx.post(s.url + "/lora-adapters", json=[{"id": 0, "scale": 0.5}]).json() == {"success": True}
+        assert httpx.get(s.url + "/lora-adapters").json()[0]["scale"] == 0.5 and complete(None) == half
+        assert complete([{"id": 0, "scale": 1}]) == with_adapter  # a request's own lora still wins
+        assert httpx.post(s.url + "/lora-adapters", json=[]).json() == {"success": True}  # all off
+        assert httpx.get(s.url + "/lora-adapters").json()[0]["scale"] == 0.0 and complete(None) == plain
+        r = httpx.post(s.url + "/lora-adapters", json=[{"id": 3, "scale": 1}])
+        assert r.status_code == 400 and "lora id 3" in r.json()["error"]["message"]
+        assert httpx.post(s.url + "/lora-adapters", json={"id": 0}).status_code == 400
         with concurrent.futures.ThreadPoolExecutor(3) as pool:  # three selections at once
             outs = list(pool.map(complete, [None, [], [{"id": 0, "scale": 0.5}]]))
     # decoded together: each is its selection's greedy answer, or leaves it at a measured near tie

@@ -7,6 +7,7 @@ together; single-sequence work (``eval``, ``save_state``) takes the context betw
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from llama_ffi import lib
 from llama_ffi._logging import enable_verbose_logging
-from llama_ffi.high import compat, completion, embedding, hub, loading, multimodal, state
+from llama_ffi.high import compat, completion, embedding, hub, loading, multimodal, slot_files, state
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.context import ClosedError, Context
 from llama_ffi.high.engine import Engine, results
@@ -315,13 +316,15 @@ class Llama:
         n: int = 1,
         suffix: str | None = None,
         return_progress: bool = False,
+        slot_id: int | None = None,
         **sampling,
     ):
         """OpenAI-shaped completion (a dict), or an iterator of chunks with ``stream=True``.
         ``model`` names the model in the result (default: its path). A list of prompts, or ``n`` >
         1, decodes all choices together; so do calls from several threads (``llama_ffi.high.engine``).
         ``return_progress`` (llama-server's): a stream also has ``prompt_progress`` chunks (no
-        choices) while its prompt is evaluated."""
+        choices) while its prompt is evaluated. ``slot_id`` (llama-server's ``id_slot``): the slot
+        the prompt uses (its cache), waited for while busy; requests after it wait their turn."""
         self._check_open()
         request = completion.prepare(
             self,
@@ -340,15 +343,19 @@ class Llama:
             suffix=suffix,
             sampling=sampling,
         )
-        return results.completion(results.Call(self, *request, streamed=stream, progress=return_progress))
+        call = results.Call(self, *request, streamed=stream, progress=return_progress, slot_id=slot_id)
+        return results.completion(call)
 
-    async def acreate_completion(self, prompt, *, stream: bool = False, return_progress: bool = False, **kwargs):
+    async def acreate_completion(
+        self, prompt, *, stream: bool = False, return_progress: bool = False, slot_id: int | None = None, **kwargs
+    ):
         """``create_completion`` for asyncio: awaits the dict, or with ``stream=True`` returns an
         async iterator of chunks; the event loop is never blocked, and cancelling the task frees its
         slot at the next step."""
         self._check_open()
         request = completion.prepare_keywords(self, prompt, kwargs)
-        return await results.acompletion(results.Call(self, *request, streamed=stream, progress=return_progress))
+        call = results.Call(self, *request, streamed=stream, progress=return_progress, slot_id=slot_id)
+        return await results.acompletion(call)
 
     __call__ = create_completion
 
@@ -407,6 +414,18 @@ class Llama:
     def load_state(self, saved: bytes | str | os.PathLike) -> None:
         state.load(self, saved)
 
+    def save_slot(self, slot_id: int, path: str | os.PathLike) -> int:
+        """Write slot ``slot_id``'s cache to ``path`` (llama_ffi.high.slot_files); its token count."""
+        return slot_files.save(self, slot_id, path)
+
+    def restore_slot(self, slot_id: int, path: str | os.PathLike) -> int:
+        """Fill slot ``slot_id`` from a ``save_slot`` file, checked first; its token count."""
+        return slot_files.restore(self, slot_id, path)
+
+    def erase_slot(self, slot_id: int) -> int:
+        """Empty slot ``slot_id``; how many tokens it held."""
+        return slot_files.erase(self, slot_id)
+
     @property
     def n_tokens(self) -> int:
         """Tokens in the KV cache (llama-cpp-python's name)."""
@@ -448,3 +467,14 @@ class Llama:
     def loras(self) -> dict[str, dict]:
         """name → {"path", "alpha", "metadata"} of every loaded adapter."""
         return self.adapters.info()
+
+    @property
+    def default_loras(self) -> list[dict]:
+        """The adapters of requests that name none, as ``[{"name", "scale"}]``."""
+        return [{"name": a.name, "scale": s} for a, s in self.adapters.default.loras]
+
+    def set_default_loras(self, active_loras: Sequence[Mapping[str, object]]) -> None:
+        """Change the adapters of requests that name none (llama-server's global scales); requests
+        already running keep theirs. The default control vector stays."""
+        chosen = self.adapters.select(active_loras, None)
+        self.adapters.default = dataclasses.replace(chosen, cvec=self.adapters.default.cvec)

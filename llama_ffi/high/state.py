@@ -238,8 +238,9 @@ def _check_cells(llm, tokens: list, spans: list) -> list[tuple[int, int, str]]:
     return spans
 
 
-def load(llm, saved: bytes | str | os.PathLike) -> None:
-    header, context_state, whole_context = decode(read(saved), producer_of(llm.context))
+def checked_cells(llm, header: dict) -> tuple[list[int], list, Selection]:
+    """A decoded header's tokens, media spans and adapter selection, checked against this Llama
+    (token ids, spans, loaded adapters, a sequence's size) before llama.cpp sees the state."""
     tokens = header["tokens"]
     try:
         spans = _check_cells(llm, tokens, header.get("media_spans") or [])
@@ -248,6 +249,12 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
         raise ValueError(f"damaged llama_ffi state: its header is malformed ({error!r})") from None
     if len(tokens) > llm.context.n_ctx_seq:
         raise ValueError(f"the state holds {len(tokens)} tokens; this context's sequences hold {llm.context.n_ctx_seq}")
+    return list(tokens), spans, selection
+
+
+def load(llm, saved: bytes | str | os.PathLike) -> None:
+    header, context_state, whole_context = decode(read(saved), producer_of(llm.context))
+    tokens, spans, selection = checked_cells(llm, header)
     with llm.single(idle=whole_context):
         main = llm.main_slot
         try:

@@ -201,8 +201,19 @@ def _routes(app: FastAPI, served: Served) -> None:
     @app.get("/models")
     async def models():
         llm = served.ready()
+        capabilities = ["completion", "multimodal"] if llm.mtmd is not None else ["completion"]
         return {
             "object": "list",
+            # llama-server's Ollama-style list (clients such as Open WebUI read it)
+            "models": [
+                {
+                    "name": served.model_id,
+                    "model": served.model_id,
+                    "type": "model",
+                    "capabilities": capabilities,
+                    "details": {"format": "gguf"},
+                }
+            ],
             "data": [
                 {
                     "id": served.model_id,
@@ -216,6 +227,8 @@ def _routes(app: FastAPI, served: Served) -> None:
                         "n_ctx_train": llm.n_ctx_train,
                         "n_vocab": int(llm.n_vocab),
                         "n_embd": int(llm.n_embd),
+                        "n_params": int(lib.llama_model_n_params(llm.loaded_model.ptr)),
+                        "size": int(lib.llama_model_size(llm.loaded_model.ptr)),
                         "slots": served.n_slots,
                     },
                 }

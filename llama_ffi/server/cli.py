@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-slots", dest="slots", action="store_false", help="no GET /slots")
     g.add_argument("--slots", dest="slots", action="store_true", help="GET /slots (the default)")
     g.add_argument(
+        "--slot-save-path",
+        metavar="DIR",
+        help="POST /slots/ID?action=save|restore|erase: slot caches saved as files in DIR (names only)",
+    )
+    g.add_argument(
         "--queue-size",
         type=int,
         default=64,
@@ -161,6 +166,7 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         api_keys=keys,
         metrics=args.metrics,
         slots=args.slots,
+        slot_save_path=args.slot_save_path,
         queue_size=args.queue_size,
         media_path=args.media_path,
         sampling=sampling_fields.from_flags(args),

@@ -29,7 +29,6 @@ REFUSED = {
     "--ui-mcp-proxy": "the web UI and its MCP proxy are not served",
     "--spec-synth-len": "synthetic drafts are not supported",
     "--spec-synth-rates": "synthetic drafts are not supported",
-    "--slot-save-path": "/slots?action=save|restore are not served yet",
     "--timeout": "a read/write timeout is not supported yet",
     "--context-shift": "context shift is not supported: a request that fills its slot ends with finish_reason length",
 }

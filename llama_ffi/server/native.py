@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
-from pydantic import StrictBool, StrictInt
+from pydantic import StrictBool, StrictInt, StrictStr
+from starlette.concurrency import run_in_threadpool
 
 from llama_ffi.high import completion
 from llama_ffi.high.chat.completion import chat_prompt
@@ -21,7 +24,7 @@ from llama_ffi.high.engine.progress import PromptProgress
 from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError, sse_error
 from llama_ffi.server.handling import awaited, parse
-from llama_ffi.server.schemas import ChatRequest, Sampling
+from llama_ffi.server.schemas import Body, ChatRequest, LoraScales, Sampling
 from llama_ffi.server.streaming import Clock, EventStream, event, progress_timings
 
 
@@ -33,7 +36,18 @@ class NativeRequest(Sampling):
     post_sampling_probs: StrictBool = False
     response_fields: list[str] | None = None
     json_schema: dict[str, Any] | None = None
-    id_slot: StrictInt = -1
+
+
+class SlotFile(Body):
+    filename: StrictStr
+
+
+def slot_file_name(name: str) -> str:
+    """A slot file's name, refused unless it is a plain file name (nothing outside the folder)."""
+    plain = os.path.basename(name) == name and name not in ("", ".", "..") and not name.startswith(".")
+    if not plain or "\\" in name or any(ord(ch) < 32 for ch in name) or len(name.encode()) > 255:
+        raise ApiError(400, f"filename must be a plain file name, got {name!r}", "filename")
+    return name
 
 
 def prompts_of(llm, prompt) -> list:
@@ -217,6 +231,56 @@ def add_routes(app: FastAPI, served) -> None:
     async def get_props():
         return props(served.ready(), served)
 
+    @app.post("/slots/{slot_id}")
+    async def slot_action(slot_id: int, request: Request, action: str = ""):
+        """llama-server's slot files: ``?action=save|restore`` with ``{"filename"}`` (a plain name
+        under --slot-save-path), ``?action=erase``."""
+        if not options.slot_save_path:
+            raise ApiError(501, "this server does not save slots: start it with --slot-save-path", code="not_supported")
+        llm = served.ready()
+        started = time.perf_counter()
+        try:
+            if action == "erase":
+                return {"id_slot": slot_id, "n_erased": await run_in_threadpool(llm.erase_slot, slot_id)}
+            if action not in ("save", "restore"):
+                raise ApiError(400, f"action must be save, restore or erase, got {action!r}", "action")
+            filename = (await parse(request, SlotFile)).filename
+            path = os.path.join(options.slot_save_path, slot_file_name(filename))
+            if action == "save":
+                n = await run_in_threadpool(llm.save_slot, slot_id, path)
+                done = {"n_saved": n, "n_written": os.path.getsize(path)}
+            else:
+                if not os.path.isfile(path):
+                    raise ApiError(400, f"no slot file named {filename!r}", "filename")
+                n = await run_in_threadpool(llm.restore_slot, slot_id, path)
+                done = {"n_restored": n, "n_read": os.path.getsize(path)}
+        except ValueError as error:
+            raise errors.from_library(error) from None
+        elapsed = {f"{action}_ms": (time.perf_counter() - started) * 1e3}
+        return {"id_slot": slot_id, "filename": filename, **done, "timings": elapsed}
+
+    @app.get("/lora-adapters")
+    async def lora_adapters():
+        """The --lora adapters by id, with the scale requests that name none run them at."""
+        llm = served.ready()
+        paths, scales = llm.loras, {a["name"]: a["scale"] for a in llm.default_loras}
+        return [
+            {"id": i, "path": paths[name]["path"], "scale": scales.get(name, 0.0)}
+            for i, name in enumerate(options.lora_names)
+        ]
+
+    @app.post("/lora-adapters")
+    async def set_lora_adapters(request: Request):
+        """New default scales (``[{"id", "scale"}]``; an adapter left out is off), as llama-server."""
+        body = await parse(request, LoraScales)
+        llm = served.ready()
+        active = params.adapters(options.lora_names, body)
+        try:
+            llm.set_default_loras(active)
+        except ValueError as error:
+            raise errors.from_library(error) from None
+        return {"success": True}
+
     async def rendered(request: Request) -> tuple[str, int]:
         body = await parse(request, ChatRequest)
         llm = served.accept(body)
@@ -249,12 +313,15 @@ def add_routes(app: FastAPI, served) -> None:
             from llama_ffi.high.chat.completion import response_grammar
 
             kwargs["grammar"] = response_grammar({"type": "json_object", "schema": body.json_schema})
-        progress = kwargs.pop("return_progress", False)
+        progress, slot_id = kwargs.pop("return_progress", False), kwargs.pop("slot_id", None)
         try:
             prepared = completion.prepare_keywords(llm, prompts_of(llm, prompt), {**kwargs, "model": served.model_id})
         except (ValueError, TypeError) as error:  # the library's refusals, shaped for the client
             raise errors.from_library(error) from None
-        the_call = results.Call(llm, *prepared, streamed=body.stream, progress=progress)
+        try:
+            the_call = results.Call(llm, *prepared, streamed=body.stream, progress=progress, slot_id=slot_id)
+        except ValueError as error:
+            raise errors.from_library(error) from None
         clock = Clock()
         if not body.stream:
             with served.ticket():

@@ -13,6 +13,7 @@ class ServerOptions:
     api_keys: Sequence[str] = ()  # any of them opens every route but /health (--api-key)
     metrics: bool = True  # GET /metrics (--no-metrics turns it off)
     slots: bool = True  # GET /slots (--no-slots)
+    slot_save_path: str | None = None  # POST /slots/ID?action=...: slot files live here (--slot-save-path)
     queue_size: int = 64  # requests waiting beyond the slots; past it, 503 (--queue-size)
     media_path: str | None = None  # local image/audio files under it may be named (--media-path)
     lora_names: Sequence[str] = ()  # the adapters a request's ``lora`` ids name, in --lora order

@@ -105,6 +105,8 @@ def generation_kwargs(llm, body: Sampling, options: ServerOptions, default_max: 
         kwargs["n"] = body.n
     if body.return_progress and body.stream:
         kwargs["return_progress"] = True
+    if body.id_slot != -1:
+        kwargs["slot_id"] = body.id_slot
     return kwargs
 
 

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    create_model,
+    field_validator,
+)
 
 from llama_ffi.high.sampling_fields import FIELDS, SamplingField
 
@@ -26,6 +36,14 @@ class StreamOptions(Body):
 class LoraChoice(Body):
     id: StrictInt = Field(ge=0)
     scale: float
+
+
+class LoraScales(RootModel[list[LoraChoice]]):
+    """POST /lora-adapters: a bare list of ``{"id", "scale"}``."""
+
+    @property
+    def lora(self) -> list[LoraChoice]:
+        return self.root
 
 
 def _knob(field: SamplingField):
@@ -56,6 +74,7 @@ class Sampling(Knobs):
     lora: list[LoraChoice] | None = None
     timings_per_token: StrictBool = False  # llama-server's: speeds on a stream's usage chunk
     return_progress: StrictBool = False  # llama-server's: prompt_progress chunks in a stream
+    id_slot: StrictInt = -1  # llama-server's: the slot (and its cache) the prompt uses; -1 any
     cache_prompt: StrictBool = True  # llama-server's; every slot keeps its cache here
 
     @field_validator("n_predict")

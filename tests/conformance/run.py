@@ -10,12 +10,15 @@ the conformance test holds ``llama-ffi serve`` to.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -51,18 +54,37 @@ def standins() -> dict:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (each socket held until all are chosen)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
-def run(target: str, work: Path, files=FILES, timeout: float = 1500) -> set[str]:
-    """The passing test ids (``unit/test_x.py::name[params]``) of ``files`` against ``target``
-    ("llama-ffi" or a llama-server binary)."""
+def shares(files, jobs: int) -> list[list[str]]:
+    """``files`` in ``jobs`` groups of about equal size (a file's size stands for its run time)."""
+    tests_dir = unit_dir()
+    groups: list[list[str]] = [[] for _ in range(max(1, min(jobs, len(files))))]
+    weights = [0] * len(groups)
+    for f in sorted(files, key=lambda f: -(tests_dir / f).stat().st_size):
+        k = weights.index(min(weights))
+        groups[k].append(f)
+        weights[k] += (tests_dir / f).stat().st_size
+    return groups
+
+
+def unit_dir() -> Path:
     from conftest import TREE
 
-    tests_dir = TREE.path / "tools" / "server" / "tests"
+    return TREE.path / "tools" / "server" / "tests" / "unit"
+
+
+def run(target: str, work: Path, files=FILES, timeout: float = 1500, jobs: int = 2) -> set[str]:
+    """The passing test ids (``unit/test_x.py::name[params]``) of ``files`` against ``target``
+    ("llama-ffi" or a llama-server binary). ``jobs`` pytest runs share the files, each with its own
+    port (most of a test's time is a server starting and stopping: two overlap well on 2 cores)."""
     work.mkdir(parents=True, exist_ok=True)
     launcher = work / "server"
     launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "shim.py"}" "$@"\n')
@@ -73,16 +95,34 @@ def run(target: str, work: Path, files=FILES, timeout: float = 1500) -> set[str]
         "LLAMA_FFI_SHIM_TARGET": target,
         "LLAMA_FFI_STANDINS": json.dumps(standins()),
         "LLAMA_CACHE": str(work / "cache"),
-        "PORT": str(free_port()),  # the tests' servers bind 127.0.0.1 on it (default 8080)
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     }
-    command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-o", "addopts="]
-    command += [f"unit/{f}" for f in files]
-    done = subprocess.run(
-        command, cwd=tests_dir, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True
-    )
-    (work / "log.txt").write_text(done.stdout + done.stderr)
-    return set(re.findall(r"^PASSED (.+?)\s*$", done.stdout, flags=re.M))
+    groups = shares(files, jobs)
+    runs = []
+    for group, port in zip(groups, free_ports(len(groups))):
+        command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-o", "addopts="]
+        command += [f"unit/{f}" for f in group]
+        runs.append(
+            subprocess.Popen(
+                command,
+                cwd=unit_dir().parent,
+                env={**env, "PORT": str(port)},  # the tests' servers bind 127.0.0.1 on it (default 8080)
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    deadline = time.monotonic() + timeout
+    logs = []
+    for proc in runs:
+        try:
+            logs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)  # the run and the servers it started
+            logs.append(proc.communicate()[0] + "\n(timed out)")
+    (work / "log.txt").write_text("\n".join(logs))
+    return {t for log in logs for t in re.findall(r"^PASSED (.+?)\s*$", log, flags=re.M)}
 
 
 def main() -> None:

@@ -54,7 +54,23 @@ class Admission:
     def ready(self) -> bool:
         """Whether the next waiting group can be admitted now."""
         work = self.work
-        return bool(work.waiting) and not work.stalled and len(self.slots.idle()) >= len(work.waiting[0].choices)
+        return bool(work.waiting) and not work.stalled and self._fits(work.waiting[0])
+
+    def _fits(self, group: Group) -> bool:
+        """Enough idle slots for the group's choices, and its pinned slot (if any) among them."""
+        pinned = group.request.slot_id
+        if pinned is not None and self.slots.slots[pinned].owner is not None:
+            return False
+        return len(self.slots.idle()) >= len(group.choices)
+
+    def _leader_slot(self, group: Group) -> tuple[Slot, int]:
+        """The leader's slot (the one the request pins, else the best idle one) and what it holds."""
+        key = group.request.settings.adapters.key
+        pinned = group.request.slot_id
+        if pinned is None:
+            return self.slots.choose(group.prompt, key)
+        slot = self.slots.slots[pinned]
+        return slot, slot.common_prefix(group.prompt, key)
 
     def admit(self) -> list[Group]:
         """Admit what fits, in arrival order; a group whose admission fails ends alone."""
@@ -63,10 +79,9 @@ class Admission:
         while work.waiting:
             group = work.waiting[0]
             idle = self.slots.idle()
-            if len(group.choices) > len(idle):
+            if not self._fits(group):
                 break
-            selection = group.request.settings.adapters
-            slot, keep = self.slots.choose(group.prompt, selection.key)
+            slot, keep = self._leader_slot(group)
             if self.slots.shared_cells:
                 limit = self.context.n_ctx - self.active_cells()
                 fits = self.slots.evict_for(group.cells(keep) + keep, limit, keep=(slot,))

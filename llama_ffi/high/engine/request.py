@@ -97,11 +97,14 @@ def _resolve(future: asyncio.Future) -> None:
 class Request:
     """The groups of one call, where their results go, and whether the caller still wants them."""
 
-    def __init__(self, groups: list, settings, streamed: bool, wake, progress: bool = False) -> None:
+    def __init__(
+        self, groups: list, settings, streamed: bool, wake, progress: bool = False, slot_id: int | None = None
+    ) -> None:
         self.groups = groups
         self.settings = settings
         self.streamed = streamed
         self.progress = progress  # a stream that asked for prompt progress (engine.progress)
+        self.slot_id = slot_id  # the slot its (first) prompt must use, waiting for it if busy
         self.channel = Channel(wake)
         self.cancelled = False
         self.cancel_reason = "the request was cancelled"

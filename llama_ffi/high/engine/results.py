@@ -32,6 +32,7 @@ class Call:
         model_name: str,
         streamed: bool,
         progress: bool = False,
+        slot_id: int | None = None,
     ) -> None:
         ctx = llm.context
         self.engine = llm.engine
@@ -39,7 +40,18 @@ class Call:
         self.n, self.echo_texts, self.model_name = n, list(echo_texts), model_name
         self.settings = settings
         groups = build_groups(ctx, prompts, n, settings, ctx.n_seq_max, ctx.n_ctx_seq)
-        self.request = Request(groups, settings, streamed, self.engine.wake, progress=streamed and progress)
+        if slot_id is not None and slot_id != -1:  # llama-server's id_slot (-1: any)
+            if isinstance(slot_id, bool) or not isinstance(slot_id, int) or not 0 <= slot_id < ctx.n_seq_max:
+                raise ValueError(
+                    f"slot_id must be -1 or a slot of this Llama (0..{ctx.n_seq_max - 1}), got {slot_id!r}"
+                )
+            if len(groups) > 1:
+                raise ValueError("slot_id pins one prompt to a slot: give one prompt")
+        else:
+            slot_id = None
+        self.request = Request(
+            groups, settings, streamed, self.engine.wake, progress=streamed and progress, slot_id=slot_id
+        )
         self.choices = sorted(self.request.choices, key=lambda c: c.index)
         self.n_prompt = sum(len(p) for p in prompts)
         self.cid, self.created = f"cmpl-{uuid.uuid4()}", int(time.time())
