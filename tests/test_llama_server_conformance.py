@@ -10,8 +10,6 @@ from conformance.run import FILES, PASSES, run
 
 # test id (without parameters) -> why it does not pass here
 GAPS = {
-    # not built yet (issue 38)
-    "unit/test_chat_completion.py::test_return_progress": "no prompt_progress events in streams yet",
     # deliberately different
     "unit/test_completion.py::test_completion_unified": (
         "a shared pool of cells that runs out ends its requests with finish_reason length and what they made, "

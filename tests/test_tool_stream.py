@@ -4,6 +4,8 @@ content and call arguments it emits join to what the whole reply's parse gives (
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +84,56 @@ def test_arguments_arrive_in_fragments_as_they_are_generated():
         if "tool_calls" in d and d["tool_calls"][0]["function"].get("arguments")
     ]
     assert len(fragments) >= 6  # every token of the arguments as soon as it is complete
+
+
+# tool_choice "auto": the model answers in text, or calls in any family's form
+AUTO = [
+    *WITH_CALLS,
+    'Let me check.\n<tool_call>{"name": "nope", "arguments": {}}</tool_call>',  # a function not offered
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "A", "days": 1}}</tool_call>'
+    '<tool_call>{"name": "nope", "arguments": {}}</tool_call> after',
+    'Checking [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "B", "days": 2}}]',
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "C", "days": 3}',
+    'Sure <function=get_weather>{"city": "D", "days": 4}</function> done',
+    '>>>get_weather\n{"city": "E", "days": 5}',
+    '  {"name": "get_weather", "parameters": {"city": "F", "days": 6}}',
+    '<|python_tag|>{"name": "f", "arguments": {}}',
+    '{"name": "unknown_fn", "arguments": {}}',  # JSON that is no call: text
+    "The set {1, 2} and a >>> b are text here.",
+    '<think>\nweigh it\n</think>\n\n<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>',
+    "<think>hmm</think> {not json at all",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(index=st.integers(0, len(AUTO) - 1), cuts=st.lists(st.integers(0, 200), max_size=40))
+def test_auto_replies_join_to_the_whole_parse_whatever_their_form(index, cuts):
+    text = AUTO[index]
+    reasoning, body = split_reasoning(text, "<think>", "</think>", False)
+    want_content, want_calls = parse_tool_calls(body, FUNCTIONS)
+    stream = CallStream(("<think>", "</think>", False), calls=True, functions=FUNCTIONS)
+    deltas = run(stream, pieces(text, cuts))
+    assert ("".join(d.get("reasoning_content", "") for d in deltas) or None) == reasoning
+    assert ("".join(d.get("content", "") for d in deltas) or None) == (want_content or None)
+    names: dict[int, str] = {}
+    arguments: dict[int, str] = {}
+    for d in deltas:
+        for call in d.get("tool_calls", []):
+            if "name" in call["function"]:
+                names[call["index"]] = call["function"]["name"]
+            arguments[call["index"]] = arguments.get(call["index"], "") + call["function"]["arguments"]
+    assert [names[i] for i in sorted(names)] == [c["function"]["name"] for c in want_calls]
+    assert [json.loads(arguments[i]) for i in sorted(arguments)] == [
+        json.loads(c["function"]["arguments"]) for c in want_calls
+    ]
+    assert stream.n_calls == len(want_calls)
+
+
+def test_an_auto_hermes_call_streams_its_arguments_and_text_before_it_streams_at_once():
+    text = AUTO[0]
+    stream = CallStream(None, calls=True, functions=FUNCTIONS)
+    deltas = [(i, d) for i, ch in enumerate(text) for d in stream.feed(ch)]
+    first_text = next(i for i, d in deltas if d.get("content"))
+    assert first_text < text.index("<tool_call>")  # text is not held back until the end
+    fragments = [d for _, d in deltas if "tool_calls" in d and d["tool_calls"][0]["function"].get("arguments")]
+    assert len(fragments) >= 6

@@ -128,6 +128,34 @@ def test_streaming_tool_calls(llm):
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        'Checking.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}</tool_call>',
+        'One moment. [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Rome", "days": 1}}]',
+        "No tool is needed for that.",
+    ],
+)
+def test_auto_replies_stream_and_join_to_the_whole_reply(llm, reply):
+    """tool_choice "auto": text streams as it comes, a Hermes call in fragments, another family's
+    form at the end; joined, the stream says what the whole reply says."""
+    kwargs = dict(tools=[WEATHER], tool_choice="auto", temperature=0, max_tokens=96, grammar=_written(reply))
+    whole = llm.create_chat_completion(ASK, **kwargs)["choices"][0]
+    chunks = list(llm.create_chat_completion(ASK, stream=True, **kwargs))
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert ("".join(d.get("content") or "" for d in deltas) or None) == whole["message"]["content"]
+    calls = [c for d in deltas for c in d.get("tool_calls", [])]
+    names = [c["function"]["name"] for c in calls if "name" in c["function"]]
+    assert names == [c["function"]["name"] for c in whole["message"].get("tool_calls", [])]
+    if names:
+        arguments = "".join(c["function"]["arguments"] for c in calls)
+        assert json.loads(arguments) == json.loads(whole["message"]["tool_calls"][0]["function"]["arguments"])
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["finish_reason"]
+    if reply.startswith("Checking"):  # the text came before the call, and the call in pieces
+        first_call = next(i for i, d in enumerate(deltas) if d.get("tool_calls"))
+        assert any(d.get("content") for d in deltas[:first_call]) and len(calls) >= 3
+
+
 def _written(text: str):
     """A grammar that makes the model write exactly ``text`` (what it says is then known)."""
     return LlamaGrammar.from_string("root ::= " + json.dumps(text))

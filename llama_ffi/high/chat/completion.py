@@ -229,12 +229,11 @@ def plan_chat(
     else:
         tokens = llm.tokenize(prompt, add_bos=add_bos, special=True)
     parse_calls = tool_plan.mode != "none" or reasoning_budget is not None or started
-    # Forced calls (in the Hermes form their grammar sets) and reasoning stream as they are generated
-    # (tool_stream); the formats "auto" may meet are parsed from the whole reply.
-    incremental = tool_plan.mode in ("none", "required", "named")
+    # Calls and reasoning stream as they are generated (tool_stream): forced calls in the Hermes form
+    # their grammar sets; with "auto", Hermes calls too, other families' forms whole at the end.
     return ChatPlan(
         tokens,
-        dict(completion_kwargs, max_tokens=max_tokens, stream=stream and (incremental or not parse_calls)),
+        dict(completion_kwargs, max_tokens=max_tokens, stream=stream),
         stream,
         parse_calls,
         tool_plan,
@@ -261,22 +260,11 @@ class ChatPlan:
     ) -> None:
         self.tokens, self.completion_kwargs, self.prompt = tokens, completion_kwargs, prompt
         self.stream, self.parse_calls, self.tool_plan, self.think = stream, parse_calls, tool_plan, think
-        self.incremental = parse_calls and tool_plan.mode in ("none", "required", "named")
         self.model = model
         self.cid, self.created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
 
     def finish(self, result):
         cid, created, tool_plan, think, stream = self.cid, self.created, self.tool_plan, self.think, self.stream
-        if self.parse_calls and stream and not self.incremental:  # calls known at the end: generate, then stream
-            chunks = [
-                chunk
-                for choice in result["choices"]
-                for chunk in _message_chunks(
-                    cid, created, self.model, _message(choice, tool_plan, think), choice["index"]
-                )
-            ]
-            chunks[-1]["usage"] = result["usage"]  # as a completion stream: the last chunk carries it
-            return iter(chunks)
         if not stream:
             choices = []
             for choice in result["choices"]:  # n > 1: one message per choice
@@ -301,10 +289,9 @@ class ChatPlan:
 
     async def afinish(self, result):
         """``finish`` for an awaited completion: a dict, or an async iterator of chunks."""
-        if self.stream and (self.incremental or not self.parse_calls):
+        if self.stream:
             return self._adeltas(result)
-        out = self.finish(result)
-        return _async_iter(out) if self.stream else out
+        return self.finish(result)
 
     async def _adeltas(self, result) -> AsyncIterator[dict]:
         started: dict = {}
@@ -322,8 +309,9 @@ class ChatPlan:
         choice = completion_chunk["choices"][0]
         index, out = choice["index"], []
         if index not in started:
-            calls = self.tool_plan.mode != "none"
-            started[index] = CallStream(self.think, calls) if self.incremental else None
+            plan = self.tool_plan
+            functions = plan.functions if plan.mode == "auto" else None  # other forms: parsed whole at the end
+            started[index] = CallStream(self.think, plan.mode != "none", functions) if self.parse_calls else None
             out.append(shapes.chat_chunk(self.cid, self.created, self.model, {"role": "assistant"}, None, index))
         parser = started[index]
         deltas = [{"content": choice["text"]}] if parser is None and choice["text"] else []
@@ -338,11 +326,6 @@ class ChatPlan:
         if "usage" in completion_chunk and out:  # the stream's last chunk: the request's usage
             out[-1]["usage"] = completion_chunk["usage"]
         return out
-
-
-async def _async_iter(items) -> AsyncIterator[dict]:
-    for item in items:
-        yield item
 
 
 def call_options(llm, kwargs: dict) -> dict:
@@ -392,16 +375,3 @@ def _message(choice: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dic
     if not calls:
         return message, choice["finish_reason"]
     return {**message, "content": content, "tool_calls": calls}, "tool_calls"
-
-
-def _message_chunks(cid: str, created: int, model: str, message_and_finish, index: int = 0) -> Iterator[dict]:
-    message, finish = message_and_finish
-    yield shapes.chat_chunk(cid, created, model, {"role": "assistant"}, None, index)
-    if message.get("reasoning_content"):
-        yield shapes.chat_chunk(cid, created, model, {"reasoning_content": message["reasoning_content"]}, None, index)
-    if message.get("content"):
-        yield shapes.chat_chunk(cid, created, model, {"content": message["content"]}, None, index)
-    if message.get("tool_calls"):
-        calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-        yield shapes.chat_chunk(cid, created, model, {"tool_calls": calls}, None, index)
-    yield shapes.chat_chunk(cid, created, model, {}, finish, index)

@@ -4,7 +4,13 @@ each Hermes-form call (``<tool_call>{"name": ..., "arguments": {...}}</tool_call
 calls are generated in) a ``tool_calls`` delta with its name as soon as it is known, then its
 arguments in fragments as they are generated. The fragments are the arguments re-serialised token by
 token as ``json.dumps`` writes them, so joined they equal the call parsed from the whole text.
-Text that could still become a tag is held back until it cannot."""
+Text that could still become a tag is held back until it cannot.
+
+With ``functions`` (``tool_choice: "auto"``) the model may also answer in text or in another family's
+form (Mistral's ``[TOOL_CALLS]``, functionary's ``<function=``, ``>>>``, a Llama 3 JSON reply): text
+streams until such a form begins, or a Hermes call names a function not offered; from there the reply
+is parsed whole at its end and what the stream has not said yet follows, so the joined deltas still
+equal the whole reply's parse."""
 
 from __future__ import annotations
 
@@ -12,7 +18,12 @@ import json
 import re
 import uuid
 
+from llama_ffi.high.chat.reasoning import split_reasoning
+from llama_ffi.high.chat.tools import parse_tool_calls
+
 CALL_START, CALL_END = "<tool_call>", "</tool_call>"
+OTHER_FORMS = ("[TOOL_CALLS]", "<function=")  # parsed whole, wherever they begin
+OTHER_OPENINGS = (">>>", "{", "<|python_tag|>")  # parsed whole when a reply begins with them
 _NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*', re.S)
 _SEPARATORS = {"{": "{", "}": "}", "[": "[", "]": "]", ":": ": ", ",": ", "}
 
@@ -99,8 +110,14 @@ class JsonCanon:
 
 
 class CallStream:
-    def __init__(self, think: tuple[str, str, bool] | None = None, calls: bool = True) -> None:
-        self.think_start, self.think_end, inside = think or ("", "", False)
+    def __init__(
+        self, think: tuple[str, str, bool] | None = None, calls: bool = True, functions: dict | None = None
+    ) -> None:
+        self.think = think or ("", "", False)
+        self.think_start, self.think_end, inside = self.think
+        self.functions = functions  # "auto": other forms and unknown names are parsed whole at the end
+        self.reply = ""  # everything fed (for that parse)
+        self.said = ""  # the content emitted so far
         self.state = "think" if inside and self.think_start else "text"
         self.calls = calls
         self.pending = ""
@@ -121,22 +138,34 @@ class CallStream:
         out = [CALL_START] if self.calls else []
         if self.think_start and not self.seen_text and not self.n_calls:
             out.append(self.think_start)
+        if self.functions is not None:
+            out += OTHER_FORMS
+            if not self.seen_text and not self.n_calls:
+                out += OTHER_OPENINGS
         return out
 
     def feed(self, text: str) -> list[dict]:
+        self.reply += text
+        if self.state == "whole":
+            return []
         self.pending += text
         deltas: list[dict] = []
-        while self.pending:
+        while self.pending and self.state != "whole":
             if self.state == "call":
                 if not self._call(deltas):
                     break
                 continue
             markers = self._markers()
             found = [(self.pending.find(m), m) for m in markers if m and m in self.pending]
-            # a thinking block opens only the reply: after text it is text
-            found = [(i, m) for i, m in found if m != self.think_start or not self.pending[:i].strip()]
+            # a thinking block, or another family's reply, opens only the reply: after text it is text
+            opening = (self.think_start, *OTHER_OPENINGS)
+            found = [(i, m) for i, m in found if m not in opening or not self.pending[:i].strip()]
             if found:
                 cut, marker = min(found)
+                if marker in OTHER_FORMS or (marker in OTHER_OPENINGS and marker != self.think_start):
+                    self._emit(deltas, self.pending[:cut])
+                    self.state = "whole"  # the rest is parsed at the end
+                    break
                 self._emit(deltas, self.pending[:cut])
                 self.pending = self.pending[cut + len(marker) :]
                 if marker == CALL_START:  # the text around calls is kept as it is (its ends stripped)
@@ -166,6 +195,8 @@ class CallStream:
         else:
             text, self.held = self.held + text, ""
         self.seen_text = self.seen_text or self.state == "text"
+        if self.state != "think":
+            self.said += text
         deltas.append({"reasoning_content" if self.state == "think" else "content": text})
 
     def _call(self, deltas: list[dict]) -> bool:
@@ -175,6 +206,9 @@ class CallStream:
             self.pending = ""
             m = _NAME.match(self.call_raw)
             if m is None:
+                if CALL_END in self.call_raw and self.functions is not None:
+                    self.state = "whole"
+                    return False
                 if CALL_END in self.call_raw:  # not the form streamed here: whole, at its end
                     raw, _, rest = self.call_raw.partition(CALL_END)
                     self._whole(deltas, raw)
@@ -183,6 +217,9 @@ class CallStream:
                     return True
                 return False
             name = json.loads(f'"{m.group(1)}"')
+            if self.functions is not None and name not in self.functions:
+                self.state = "whole"  # not a call of this request's: the whole parse decides
+                return False
             index = self.n_calls
             self.n_calls += 1
             self.arguments.append("")
@@ -207,6 +244,21 @@ class CallStream:
         self.trim = not self.seen_text
         return True
 
+    def _settle(self) -> list[dict]:
+        """The whole reply's parse, less what the stream said already (the content emitted and the
+        calls streamed are its start: they were text, and valid calls, before the form changed)."""
+        _, text = split_reasoning(self.reply, *self.think)
+        content, calls = parse_tool_calls(text, self.functions)
+        content = content or ""
+        deltas: list[dict] = []
+        if content.startswith(self.said) and content != self.said:
+            deltas.append({"content": content[len(self.said) :]})
+        for index, call in enumerate(calls[self.n_calls :], start=self.n_calls):
+            self.arguments.append(call["function"]["arguments"])
+            deltas.append({"tool_calls": [{"index": index, **call}]})
+        self.n_calls = max(self.n_calls, len(calls))
+        return deltas
+
     def _whole(self, deltas: list[dict], raw: str) -> None:
         try:
             obj = json.loads(raw)
@@ -229,6 +281,8 @@ class CallStream:
 
     def finish(self) -> list[dict]:
         """What is held back, at the end of the reply."""
+        if self.state == "whole":
+            return self._settle()
         deltas: list[dict] = []
         if self.state != "call":
             self._emit(deltas, self.pending)
