@@ -2,12 +2,15 @@
 with the same local stand-in models (``conformance/llama_server_passes.txt``, recorded with
 ``python -m tests.conformance.run --reference``) must pass here, except the gaps listed below, which
 are work not done yet or deliberate differences, each with its reason. A gap that starts passing is
-reported so that it leaves the list."""
+reported so that it leaves the list. The default run takes a selection of the files (``FILES``); the
+``conformance``-marked test takes them all (``python -m pytest -m conformance tests``)."""
 
 from __future__ import annotations
 
-from conformance.run import FILES, PASSES, run
+import pytest
+from conformance.run import ALL_FILES, FILES, PASSES, run
 
+VERTEX = "Vertex AI's prediction route (AIP_MODE=PREDICTION) is not built"
 # test id (without parameters) -> why it does not pass here
 GAPS = {
     # deliberately different
@@ -15,6 +18,20 @@ GAPS = {
         "a shared pool of cells that runs out ends its requests with finish_reason length and what they made, "
         "where llama-server fails them all with a 500 (which of the two a run sees depends on timing there)"
     ),
+    "unit/test_compat_anthropic.py::test_anthropic_tool_result_with_image": (
+        "an image for a model without a projector is the client's mistake: 400 naming --mmproj, not a 500"
+    ),
+    "unit/test_compat_anthropic.py::test_anthropic_vision_format_accepted": (
+        "an image for a model without a projector is the client's mistake: 400 naming --mmproj, not a 500"
+    ),
+    "unit/test_kv_keep_only_active.py::test_clear_and_restore": (
+        "reads llama-server's own log lines (__TEST_TAG_CACHE_IDLE_SLOT__); --cache-ram's behaviour is tested "
+        "by the other test of that file"
+    ),
+    # not built
+    "unit/test_compat_gcp.py::test_gcp_predict_camel_case": VERTEX,
+    "unit/test_compat_gcp.py::test_gcp_predict_multiple_instances": VERTEX,
+    # server-side tools, MCP servers and the web UI's proxy run in router mode (issue 39)
     "unit/test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": (
         "needs --tools (server-side tools), which this server refuses by name"
     ),
@@ -22,25 +39,43 @@ GAPS = {
         "the web UI's /cors-proxy is not served (no web UI)"
     ),
 }
+NOT_BUILT_FILES = {  # whole files of features not built, each refused by its flag at start-up
+    "unit/test_mcp_servers.py": "MCP servers (--mcp-servers-config) in router mode",
+    "unit/test_tools_builtin.py": "server-side tools (--tools) in router mode",
+    "unit/test_proxy.py": "the web UI's MCP proxy (--ui-mcp-proxy)",
+}
 
 
 def base(test_id: str) -> str:
     return test_id.split("[")[0]
 
 
-def test_what_llama_server_passes_passes_here(tmp_path):
-    reference = {t for t in PASSES.read_text().splitlines() if t.split("::")[0].removeprefix("unit/") in FILES}
-    passed = run("llama-ffi", tmp_path)
+def explained(test_id: str) -> bool:
+    return base(test_id) in GAPS or test_id.split("::")[0] in NOT_BUILT_FILES
+
+
+def check(files, work, jobs: int = 2, floor: float = 0.95) -> None:
+    reference = {t for t in PASSES.read_text().splitlines() if t.split("::")[0].removeprefix("unit/") in files}
+    passed = run("llama-ffi", work, files, timeout=3600, jobs=jobs, only=reference)
     failing = sorted(reference - passed)
-    unexplained = [t for t in failing if base(t) not in GAPS]
+    unexplained = [t for t in failing if not explained(t)]
     share = len(reference & passed) / len(reference)
     print(f"llama-ffi serve passes {len(reference & passed)} of the {len(reference)} llama-server passes ({share:.0%})")
     closed = sorted({base(t) for t in reference & passed} & set(GAPS) - {base(t) for t in failing})
     if closed:
         print("gaps now closed (remove them from GAPS):", *closed, sep="\n  ")
-    assert share >= 0.95, f"{share:.0%} of llama-server's passes"
+    assert share >= floor, f"{share:.0%} of llama-server's passes"
     assert not unexplained, (
-        "fail here but pass on llama-server:\n"
-        + "\n".join(unexplained)
-        + ("\n(log: " + str(tmp_path / "log.txt") + ")")
+        "fail here but pass on llama-server:\n" + "\n".join(unexplained) + ("\n(log: " + str(work / "log.txt") + ")")
     )
+
+
+def test_what_llama_server_passes_passes_here(tmp_path):
+    check(FILES, tmp_path)
+
+
+@pytest.mark.conformance
+def test_the_whole_suite(tmp_path):
+    """Every file but router mode's and sleeping's; one pytest run at a time (generation-heavy files
+    slow two servers that each spin their threads)."""
+    check(ALL_FILES, tmp_path, jobs=1, floor=0.80)

@@ -24,8 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PASSES = HERE / "llama_server_passes.txt"
-# The files the conformance test runs (the others need router mode, server-side tools, or
-# downloads no stand-in replaces); a few minutes on 2 cores.
+# The files the default run's conformance test runs (about four minutes on 2 cores); ALL_FILES in
+# the ``conformance``-marked test (about half an hour).
 FILES = (
     "test_basic.py",
     "test_completion.py",
@@ -34,7 +34,14 @@ FILES = (
     "test_embedding.py",
     "test_rerank.py",
     "test_security.py",
-    "test_infill.py",
+)
+# Every file but router mode's and sleeping's (issue 39's own files).
+ALL_FILES = tuple(
+    sorted(
+        p.name
+        for p in (ROOT / "vendor" / "llama.cpp" / "tools" / "server" / "tests" / "unit").glob("test_*.py")
+        if p.name not in ("test_router.py", "test_sleep.py")
+    )
 )
 
 
@@ -81,10 +88,13 @@ def unit_dir() -> Path:
     return TREE.path / "tools" / "server" / "tests" / "unit"
 
 
-def run(target: str, work: Path, files=FILES, timeout: float = 1500, jobs: int = 2) -> set[str]:
+def run(
+    target: str, work: Path, files=FILES, timeout: float = 1500, jobs: int = 2, only: set[str] | None = None
+) -> set[str]:
     """The passing test ids (``unit/test_x.py::name[params]``) of ``files`` against ``target``
-    ("llama-ffi" or a llama-server binary). ``jobs`` pytest runs share the files, each with its own
-    port (most of a test's time is a server starting and stopping: two overlap well on 2 cores)."""
+    ("llama-ffi" or a llama-server binary); ``only``: just these ids (``select.py``). ``jobs``
+    pytest runs share the files, each with its own port (most of a test's time is a server starting
+    and stopping: two overlap well on 2 cores)."""
     work.mkdir(parents=True, exist_ok=True)
     launcher = work / "server"
     launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "shim.py"}" "$@"\n')
@@ -97,10 +107,14 @@ def run(target: str, work: Path, files=FILES, timeout: float = 1500, jobs: int =
         "LLAMA_CACHE": str(work / "cache"),
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     }
+    if only is not None:
+        (work / "only.txt").write_text("".join(f"{t}\n" for t in sorted(only)))
+        env["LLAMA_FFI_CONFORMANCE_ONLY"] = str(work / "only.txt")
     groups = shares(files, jobs)
     runs = []
     for group, port in zip(groups, free_ports(len(groups))):
         command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-o", "addopts="]
+        command += ["-p", "tests.conformance.select"]
         command += [f"unit/{f}" for f in group]
         runs.append(
             subprocess.Popen(
@@ -130,15 +144,17 @@ def main() -> None:
     parser.add_argument("--reference", action="store_true", help="record what the pinned llama-server passes")
     parser.add_argument("--work", default=str(ROOT / "build" / "conformance"))
     parser.add_argument("--files", nargs="+", default=FILES, help="test files of the unit directory to run")
+    parser.add_argument("--jobs", type=int, default=2, help="pytest runs at once (1 for llama-server's generation)")
+    parser.add_argument("--timeout", type=float, default=1500, help="seconds before the runs are stopped")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     if args.reference:
         binary = ROOT / "build" / "llama.cpp-reference" / "bin" / "llama-server"
-        passed = run(str(binary), Path(args.work) / "reference", args.files)
+        passed = run(str(binary), Path(args.work) / "reference", args.files, args.timeout, args.jobs)
         PASSES.write_text("".join(f"{t}\n" for t in sorted(passed)))  # one id per line (ids may hold spaces)
         print(f"llama-server passes {len(passed)}; written to {PASSES}")
     else:
-        passed = run("llama-ffi", Path(args.work) / "ours", args.files)
+        passed = run("llama-ffi", Path(args.work) / "ours", args.files, args.timeout, args.jobs)
         print(f"llama-ffi serve passes {len(passed)}")
         print("".join(f"{t}\n" for t in sorted(passed)), end="")
 
