@@ -28,6 +28,10 @@ GAPS = {
         "reads llama-server's own log lines (__TEST_TAG_CACHE_IDLE_SLOT__); --cache-ram's behaviour is tested "
         "by the other test of that file"
     ),
+    "unit/test_tool_call.py::test_completion_with_required_tool_real_model": (
+        "(its code-tool cases) SmolLM2 repeats the code until max_tokens: llama-server closes the cut JSON "
+        "(healed arguments); here a call cut short stays text"
+    ),
     # not built
     "unit/test_compat_gcp.py::test_gcp_predict_camel_case": VERTEX,
     "unit/test_compat_gcp.py::test_gcp_predict_multiple_instances": VERTEX,

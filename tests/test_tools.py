@@ -82,6 +82,30 @@ def test_required_tool_choice_calls_some_declared_function(llm):
     assert len({c["id"] for c in calls}) == len(calls)
 
 
+def test_parallel_tool_calls_false_makes_one_call(llm):
+    """OpenAI's parallel_tool_calls (llama-server's default is false): "required" then makes exactly
+    one call, where SmolLM2 left free repeats it."""
+    ask = [
+        {"role": "system", "content": "You are a coding assistant."},
+        {"role": "user", "content": "Write an example"},
+    ]
+    test = {
+        "type": "function",
+        "function": {
+            "name": "test",
+            "parameters": {
+                "type": "object",
+                "properties": {"success": {"type": "boolean", "const": True}},
+                "required": ["success"],
+            },
+        },
+    }
+    kwargs = dict(tools=[test], tool_choice="required", temperature=0, max_tokens=200)
+    several = llm.create_chat_completion(ask, **kwargs)["choices"][0]["message"]["tool_calls"]
+    one = llm.create_chat_completion(ask, parallel_tool_calls=False, **kwargs)["choices"][0]["message"]["tool_calls"]
+    assert len(several) > 1 and len(one) == 1 and one[0]["function"] == several[0]["function"]
+
+
 def test_tool_result_turn_is_fed_back(llm):
     first = llm.create_chat_completion(ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=128)[
         "choices"

@@ -152,6 +152,8 @@ def chat_body(body) -> dict:
         out["tools"] = [_tool(t, i) for i, t in enumerate(body.tools)]
     if getattr(body, "tool_choice", None):
         out["tool_choice"] = _tool_choice(body.tool_choice)
+    if body.tools:  # Anthropic's default: several calls, unless disable_parallel_tool_use
+        out["parallel_tool_calls"] = not (getattr(body, "tool_choice", None) or {}).get("disable_parallel_tool_use")
     for name in ("max_tokens", "temperature", "top_p", "top_k", "stream"):
         value = getattr(body, name, None)
         if value is not None:

@@ -125,6 +125,8 @@ def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
         kwargs["tools"] = body.tools
     if body.tool_choice is not None:
         kwargs["tool_choice"] = body.tool_choice
+    if body.tools:
+        kwargs["parallel_tool_calls"] = body.parallel_tool_calls
     template_arguments = {}
     if options.reasoning == "off":  # llama-server's --reasoning off: the template is told not to think
         template_arguments["enable_thinking"] = False

@@ -263,6 +263,7 @@ def chat_body(body, history: list[dict]) -> dict:
     tools = _tools(body.tools)
     if tools:
         out["tools"] = tools
+        out["parallel_tool_calls"] = body.parallel_tool_calls
         if body.tool_choice is not None:
             out["tool_choice"] = _tool_choice(body.tool_choice)
     fmt = (body.text or {}).get("format") or {}

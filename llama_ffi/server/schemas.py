@@ -100,6 +100,7 @@ class ChatRequest(Sampling):
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: StrictStr | dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool = False  # llama-server's default: one call unless asked for more
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_budget: StrictInt | None = Field(None, ge=-1)
     add_generation_prompt: StrictBool | None = None

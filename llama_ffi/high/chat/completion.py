@@ -4,6 +4,7 @@ the ChatML fallback) → the completion engine → OpenAI ``chat.completion`` sh
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -159,6 +160,7 @@ def plan_chat(
     assistant_prefill: bool = False,
     tools=None,
     tool_choice=None,
+    parallel_tool_calls: bool = True,
     reasoning_budget: int | None = None,
     reasoning_start: str = "<think>",
     reasoning_end: str = "</think>",
@@ -177,7 +179,7 @@ def plan_chat(
     for i, item in enumerate(media):  # the projector's refusal names the cause; a template's would not
         check_kind(mtmd, item, i)
     messages = validate_messages(messages)
-    tool_plan = tool_calls.plan(tools, tool_choice)
+    tool_plan = dataclasses.replace(tool_calls.plan(tools, tool_choice), parallel=parallel_tool_calls)
     extra = dict(extra_template_arguments or {})
     offering = tool_plan.mode != "none"
     if offering or tool_calls.has_tool_turns(messages):

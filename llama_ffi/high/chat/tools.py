@@ -25,6 +25,7 @@ class ToolPlan:
     functions: dict[str, dict]  # name -> the function's declaration
     mode: str  # "none", "auto", "required" or "named"
     forced: str | None = None  # the function a named tool_choice forces
+    parallel: bool = True  # "required" may make several calls (OpenAI's parallel_tool_calls)
 
 
 def plan(tools, tool_choice) -> ToolPlan:
@@ -134,7 +135,8 @@ def forced_grammar(tool_plan: ToolPlan) -> str:
     }
     body = SchemaConverter(schema).grammar()
     body = body.replace("root ::= ", "call-json ::= ", 1)
-    repeat = "" if tool_plan.mode == "named" else f'("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}'
+    several = tool_plan.mode != "named" and tool_plan.parallel
+    repeat = f'("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}' if several else ""
     return f'root ::= call {repeat}\ncall ::= "<tool_call>" call-json "</tool_call>"\n{body}'
 
 
