@@ -852,19 +852,24 @@ def test_lora_adapters_per_request(smollm2_path, tmp_path):
         listed = httpx.get(s.url + "/lora-adapters").json()
         assert listed == [{"id": 0, "path": str(adapter), "scale": 1.0}]
         assert httpx.post(s.url + "/lora-adapters", json=[{"id": 0, "scale": 0.5}]).json() == {"success": True}
-        assert httpx.get(s.url + "/lora-adapters").json()[0]["scale"] == 0.5 and complete(None) == half
-        assert complete([{"id": 0, "scale": 1}]) == with_adapter  # a request's own lora still wins
+        assert httpx.get(s.url + "/lora-adapters").json()[0]["scale"] == 0.5
+        by_default = [complete(None)]  # judged below: the half-scale answer
         assert httpx.post(s.url + "/lora-adapters", json=[]).json() == {"success": True}  # all off
-        assert httpx.get(s.url + "/lora-adapters").json()[0]["scale"] == 0.0 and complete(None) == plain
+        assert httpx.get(s.url + "/lora-adapters").json()[0]["scale"] == 0.0
+        by_default.append(complete(None))  # the plain answer
         r = httpx.post(s.url + "/lora-adapters", json=[{"id": 3, "scale": 1}])
         assert r.status_code == 400 and "lora id 3" in r.json()["error"]["message"]
         assert httpx.post(s.url + "/lora-adapters", json={"id": 0}).status_code == 400
+        assert httpx.post(s.url + "/lora-adapters", json=[{"id": 0, "scale": 1}]).json() == {"success": True}
         with concurrent.futures.ThreadPoolExecutor(3) as pool:  # three selections at once
             outs = list(pool.map(complete, [None, [], [{"id": 0, "scale": 0.5}]]))
     # decoded together: each is its selection's greedy answer, or leaves it at a measured near tie
     with Llama(smollm2_path, n_ctx=1024, n_threads=2, progress=False) as llm:
         llm.load_lora("a", adapter)
-        for out, selection in zip(outs, selections):
+        # the default scales the server was given: the answers of those selections (a reused prefix
+        # decodes the last prompt token alone, which some CPUs compute a little differently)
+        by_default_selections = [[{"name": "a", "scale": 0.5}], []]
+        for out, selection in zip(outs + by_default, selections + by_default_selections):
             near_tie.assert_same_or_near_tie(
                 llm, prompt, out, 12, limit=near_tie.parallel_bound(llm), active_loras=selection
             )
