@@ -185,7 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         active = _adapters(args, llm)
         llm.adapters.default = llm.adapters.select(active["active_loras"], active.get("control_vector"))
         if args.lora_init_without_apply:  # loaded at scale 0: POST /lora-adapters turns them on
-            llm.set_default_loras([])
+            llm.adapters.set_default_loras([])
         return [a["name"] for a in active["active_loras"]]
 
     return server_cli.run(args, lambda **options: _open(args, **options), lora_names)

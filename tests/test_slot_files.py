@@ -27,10 +27,10 @@ def test_a_slot_saved_erased_and_restored_elsewhere_serves_its_prefix(llm, tmp_p
     first = llm.create_completion(PROMPT, max_tokens=6, temperature=0, slot_id=1)
     n_prompt = first["usage"]["prompt_tokens"]
     held = n_prompt + 6 - 1  # the last token sampled is not in the cache yet
-    assert llm.save_slot(1, tmp_path / "s1.bin") == held
-    assert llm.erase_slot(1) == held and llm.erase_slot(1) == 0
-    assert llm.erase_slot(0) >= 0  # slot 0 empty too: only the file holds the prompt now
-    assert llm.restore_slot(0, tmp_path / "s1.bin") == held
+    assert llm.slot_files.save(1, tmp_path / "s1.bin") == held
+    assert llm.slot_files.erase(1) == held and llm.slot_files.erase(1) == 0
+    assert llm.slot_files.erase(0) >= 0  # slot 0 empty too: only the file holds the prompt now
+    assert llm.slot_files.restore(0, tmp_path / "s1.bin") == held
     again = llm.create_completion(PROMPT, max_tokens=6, temperature=0, slot_id=0)
     assert cached(again) == n_prompt - 1  # all but the last prompt token, from the file's cells
     assert again["choices"][0]["text"] == first["choices"][0]["text"]
@@ -41,28 +41,28 @@ def test_a_slot_saved_erased_and_restored_elsewhere_serves_its_prefix(llm, tmp_p
 def test_bad_files_slots_and_busy_slots_are_refused_by_name(llm, tmp_path):
     llm.create_completion(PROMPT, max_tokens=2, slot_id=0)
     path = tmp_path / "s0.bin"
-    llm.save_slot(0, path)
+    llm.slot_files.save(0, path)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     (tmp_path / "flipped.bin").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="checksum|damaged"):
-        llm.restore_slot(1, tmp_path / "flipped.bin")
+        llm.slot_files.restore(1, tmp_path / "flipped.bin")
     (tmp_path / "short.bin").write_bytes(bytes(data[:100]))
     with pytest.raises(ValueError):
-        llm.restore_slot(1, tmp_path / "short.bin")
+        llm.slot_files.restore(1, tmp_path / "short.bin")
     llm.save_state(tmp_path / "whole.bin")  # the main slot's state loads into any slot
-    assert llm.restore_slot(1, tmp_path / "whole.bin") > 0
+    assert llm.slot_files.restore(1, tmp_path / "whole.bin") > 0
     for bad in (2, -1, True, "0"):
         with pytest.raises(ValueError, match="no slot"):
-            llm.save_slot(bad, path)
+            llm.slot_files.save(bad, path)
     with pytest.raises(ValueError, match="slot_id"):
         llm.create_completion(PROMPT, max_tokens=1, slot_id=5)
     stream = llm.create_completion(PROMPT, max_tokens=64, stream=True, slot_id=1)
     next(stream)  # the stream holds slot 1 while it is open
     with pytest.raises(ValueError, match="slot 1 is processing"):
-        llm.save_slot(1, path)
+        llm.slot_files.save(1, path)
     stream.close()
-    assert llm.save_slot(1, path) > 0
+    assert llm.slot_files.save(1, path) > 0
 
 
 def test_server_slot_actions_as_llama_server(smollm2_path, tmp_path):

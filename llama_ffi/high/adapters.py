@@ -275,6 +275,15 @@ class Adapters:
         adapter.close()
         return was_applied
 
+    def default_loras(self) -> list[dict]:
+        """The adapters of requests that name none, as ``[{"name", "scale"}]``."""
+        return [{"name": a.name, "scale": s} for a, s in self.default.loras]
+
+    def set_default_loras(self, active_loras) -> None:
+        """Change the adapters of requests that name none (llama-server's global scales); requests
+        already running keep theirs. The default control vector stays."""
+        self.default = dataclasses.replace(self.select(active_loras, None), cvec=self.default.cvec)
+
     def info(self) -> dict[str, dict]:
         return {
             name: {"path": str(a.path), "alpha": a.alpha, "metadata": dict(a.metadata)}

@@ -29,6 +29,16 @@ class CallableInt(int):
         return int(self)
 
 
+def vocab_token(read):
+    """A ``Llama`` method returning the special token ``read`` (``lib.llama_vocab_bos``...) names."""
+
+    def token(llm) -> int:
+        return read(llm.loaded_model.vocab_ptr)  # loaded_model: a clear error once closed
+
+    token.__doc__ = f"The vocabulary's token of {read.__name__} (-1 where it has none)."
+    return token
+
+
 def seed_value(seed: int) -> int:
     return lib.LLAMA_DEFAULT_SEED if seed == RANDOM_SEED else seed
 

@@ -7,7 +7,6 @@ together; single-sequence work (``eval``, ``save_state``) takes the context betw
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -142,27 +141,13 @@ class Llama:
         self._check_open()
         return self._model.metadata()
 
-    def _vocab_token(self, fn) -> int:
-        self._check_open()
-        return fn(self._model.vocab_ptr)
-
-    def token_bos(self) -> int:
-        return self._vocab_token(lib.llama_vocab_bos)
-
-    def token_eos(self) -> int:
-        return self._vocab_token(lib.llama_vocab_eos)
-
-    def token_eot(self) -> int:
-        return self._vocab_token(lib.llama_vocab_eot)
-
-    def token_nl(self) -> int:
-        return self._vocab_token(lib.llama_vocab_nl)
-
-    def token_sep(self) -> int:
-        return self._vocab_token(lib.llama_vocab_sep)
-
-    def token_pad(self) -> int:
-        return self._vocab_token(lib.llama_vocab_pad)
+    # llama-cpp-python's token_bos() ... token_pad(): the vocabulary's special tokens
+    token_bos = compat.vocab_token(lib.llama_vocab_bos)
+    token_eos = compat.vocab_token(lib.llama_vocab_eos)
+    token_eot = compat.vocab_token(lib.llama_vocab_eot)
+    token_nl = compat.vocab_token(lib.llama_vocab_nl)
+    token_sep = compat.vocab_token(lib.llama_vocab_sep)
+    token_pad = compat.vocab_token(lib.llama_vocab_pad)
 
     # ---- tokenizer ---------------------------------------------------------------------------------
     def tokenize(self, text: str | bytes, add_bos: bool = True, special: bool = False) -> list[int]:
@@ -414,17 +399,10 @@ class Llama:
     def load_state(self, saved: bytes | str | os.PathLike) -> None:
         state.load(self, saved)
 
-    def save_slot(self, slot_id: int, path: str | os.PathLike) -> int:
-        """Write slot ``slot_id``'s cache to ``path`` (llama_ffi.high.slot_files); its token count."""
-        return slot_files.save(self, slot_id, path)
-
-    def restore_slot(self, slot_id: int, path: str | os.PathLike) -> int:
-        """Fill slot ``slot_id`` from a ``save_slot`` file, checked first; its token count."""
-        return slot_files.restore(self, slot_id, path)
-
-    def erase_slot(self, slot_id: int) -> int:
-        """Empty slot ``slot_id``; how many tokens it held."""
-        return slot_files.erase(self, slot_id)
+    @property
+    def slot_files(self) -> slot_files.SlotFiles:
+        """One slot's cache in a file: ``save(i, path)``, ``restore(i, path)``, ``erase(i)``."""
+        return slot_files.SlotFiles(self)
 
     @property
     def n_tokens(self) -> int:
@@ -467,14 +445,3 @@ class Llama:
     def loras(self) -> dict[str, dict]:
         """name → {"path", "alpha", "metadata"} of every loaded adapter."""
         return self.adapters.info()
-
-    @property
-    def default_loras(self) -> list[dict]:
-        """The adapters of requests that name none, as ``[{"name", "scale"}]``."""
-        return [{"name": a.name, "scale": s} for a, s in self.adapters.default.loras]
-
-    def set_default_loras(self, active_loras: Sequence[Mapping[str, object]]) -> None:
-        """Change the adapters of requests that name none (llama-server's global scales); requests
-        already running keep theirs. The default control vector stays."""
-        chosen = self.adapters.select(active_loras, None)
-        self.adapters.default = dataclasses.replace(chosen, cvec=self.adapters.default.cvec)

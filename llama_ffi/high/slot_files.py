@@ -11,6 +11,22 @@ from llama_ffi.high import state
 from llama_ffi.high.engine.slots import Slot
 
 
+class SlotFiles:
+    """``Llama.slot_files``: the functions below for one ``Llama``."""
+
+    def __init__(self, llm) -> None:
+        self.llm = llm
+
+    def save(self, slot_id: int, path: str | os.PathLike) -> int:
+        return save(self.llm, slot_id, path)
+
+    def restore(self, slot_id: int, path: str | os.PathLike) -> int:
+        return restore(self.llm, slot_id, path)
+
+    def erase(self, slot_id: int) -> int:
+        return erase(self.llm, slot_id)
+
+
 def _idle_slot(llm, slot_id: int) -> Slot:
     slots = llm.engine.slots.slots
     if isinstance(slot_id, bool) or not isinstance(slot_id, int) or not 0 <= slot_id < len(slots):

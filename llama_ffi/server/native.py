@@ -241,18 +241,18 @@ def add_routes(app: FastAPI, served) -> None:
         started = time.perf_counter()
         try:
             if action == "erase":
-                return {"id_slot": slot_id, "n_erased": await run_in_threadpool(llm.erase_slot, slot_id)}
+                return {"id_slot": slot_id, "n_erased": await run_in_threadpool(llm.slot_files.erase, slot_id)}
             if action not in ("save", "restore"):
                 raise ApiError(400, f"action must be save, restore or erase, got {action!r}", "action")
             filename = (await parse(request, SlotFile)).filename
             path = os.path.join(options.slot_save_path, slot_file_name(filename))
             if action == "save":
-                n = await run_in_threadpool(llm.save_slot, slot_id, path)
+                n = await run_in_threadpool(llm.slot_files.save, slot_id, path)
                 done = {"n_saved": n, "n_written": os.path.getsize(path)}
             else:
                 if not os.path.isfile(path):
                     raise ApiError(400, f"no slot file named {filename!r}", "filename")
-                n = await run_in_threadpool(llm.restore_slot, slot_id, path)
+                n = await run_in_threadpool(llm.slot_files.restore, slot_id, path)
                 done = {"n_restored": n, "n_read": os.path.getsize(path)}
         except ValueError as error:
             raise errors.from_library(error) from None
@@ -263,7 +263,7 @@ def add_routes(app: FastAPI, served) -> None:
     async def lora_adapters():
         """The --lora adapters by id, with the scale requests that name none run them at."""
         llm = served.ready()
-        paths, scales = llm.loras, {a["name"]: a["scale"] for a in llm.default_loras}
+        paths, scales = llm.loras, {a["name"]: a["scale"] for a in llm.adapters.default_loras()}
         return [
             {"id": i, "path": paths[name]["path"], "scale": scales.get(name, 0.0)}
             for i, name in enumerate(options.lora_names)
@@ -276,7 +276,7 @@ def add_routes(app: FastAPI, served) -> None:
         llm = served.ready()
         active = params.adapters(options.lora_names, body)
         try:
-            llm.set_default_loras(active)
+            llm.adapters.set_default_loras(active)
         except ValueError as error:
             raise errors.from_library(error) from None
         return {"success": True}
