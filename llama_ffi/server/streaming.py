@@ -31,37 +31,31 @@ class Clock:
 
     def timings(self, n_prompt: int, n_predicted: int, cached: int) -> dict:
         first = self.first or time.perf_counter()
-        prompt_ms = (first - self.start) * 1e3
-        predicted_ms = (time.perf_counter() - first) * 1e3
-        steps = max(n_predicted - 1, 0)
-        return {
-            "cache_n": cached,
-            "prompt_n": n_prompt - cached,
-            "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / max(n_prompt - cached, 1),
-            "prompt_per_second": 1e3 * (n_prompt - cached) / prompt_ms if prompt_ms else 0.0,
-            "predicted_n": n_predicted,
-            "predicted_ms": predicted_ms,
-            # the first token comes with the prompt's last batch: the rate is over the steps after it
-            "predicted_per_token_ms": predicted_ms / steps if steps else 0.0,
-            "predicted_per_second": 1e3 * steps / predicted_ms if steps and predicted_ms else 0.0,
-        }
+        return timings(
+            cached, n_prompt - cached, (first - self.start) * 1e3, n_predicted, (time.perf_counter() - first) * 1e3
+        )
+
+
+def timings(cached: int, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float) -> dict:
+    """llama-server's ``timings``: the prompt's tokens past the cache and their time, then the
+    tokens generated and theirs."""
+    steps = max(predicted_n - 1, 0)  # the first token comes with the prompt's last batch
+    return {
+        "cache_n": cached,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / max(prompt_n, 1),
+        "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms else 0.0,
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / steps if steps else 0.0,
+        "predicted_per_second": 1e3 * steps / predicted_ms if steps and predicted_ms else 0.0,
+    }
 
 
 def progress_timings(progress: dict) -> dict:
-    """llama-server's timings on a prompt-progress event: the prompt's so far, nothing predicted."""
-    n, ms = progress["processed"] - progress["cache"], progress["time_ms"]
-    return {
-        "cache_n": progress["cache"],
-        "prompt_n": n,
-        "prompt_ms": ms,
-        "prompt_per_token_ms": ms / n if n else 0.0,
-        "prompt_per_second": 1e3 * n / ms if n and ms else 0.0,
-        "predicted_n": 0,
-        "predicted_ms": 0.0,
-        "predicted_per_token_ms": 0.0,
-        "predicted_per_second": 0.0,
-    }
+    """The timings on a prompt-progress event: the prompt's so far, nothing predicted."""
+    return timings(progress["cache"], progress["processed"] - progress["cache"], progress["time_ms"], 0, 0.0)
 
 
 def event(payload: dict) -> bytes:
