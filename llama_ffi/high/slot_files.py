@@ -11,22 +11,6 @@ from llama_ffi.high import state
 from llama_ffi.high.engine.slots import Slot
 
 
-class SlotFiles:
-    """``Llama.slot_files``: the functions below for one ``Llama``."""
-
-    def __init__(self, llm) -> None:
-        self.llm = llm
-
-    def save(self, slot_id: int, path: str | os.PathLike) -> int:
-        return save(self.llm, slot_id, path)
-
-    def restore(self, slot_id: int, path: str | os.PathLike) -> int:
-        return restore(self.llm, slot_id, path)
-
-    def erase(self, slot_id: int) -> int:
-        return erase(self.llm, slot_id)
-
-
 def _idle_slot(llm, slot_id: int) -> Slot:
     slots = llm.engine.slots.slots
     if isinstance(slot_id, bool) or not isinstance(slot_id, int) or not 0 <= slot_id < len(slots):
@@ -37,43 +21,45 @@ def _idle_slot(llm, slot_id: int) -> Slot:
     return slot
 
 
-def save(llm, slot_id: int, path: str | os.PathLike) -> int:
-    """Write what slot ``slot_id`` holds to ``path``; returns its number of tokens."""
-    with llm.engine.exclusive(main=False):
-        slot = _idle_slot(llm, slot_id)
-        tokens = list(slot.tokens)
-        cells = llm.context.seq_state_bytes(slot.seq)
-        data = state.encode(
-            tokens, slot.media_spans, slot.selection if tokens else None, cells, state.producer_of(llm.context)
-        )
-    state.write(path, data)
-    return len(tokens)
+class SlotFiles:
+    """``Llama.slot_files``: one slot's cache written, read back, or emptied."""
 
+    def __init__(self, llm) -> None:
+        self.llm = llm
 
-def restore(llm, slot_id: int, path: str | os.PathLike) -> int:
-    """Fill slot ``slot_id`` from a file ``save`` wrote (checked first: the same model, build and
-    cache types, intact); returns its number of tokens."""
-    header, cells, whole_context = state.decode(state.read(path), state.producer_of(llm.context))
-    if whole_context:
-        raise ValueError(f"{os.fspath(path)} holds a whole context's state (save_state), not one slot's")
-    tokens, spans, selection = state.checked_cells(llm, header)
-    with llm.engine.exclusive(main=False):
-        slot = _idle_slot(llm, slot_id)
-        try:
-            llm.context.set_seq_state_bytes(slot.seq, cells)
-        except ValueError:  # what llama.cpp took of it is not trusted: the slot holds nothing
+    def save(self, slot_id: int, path: str | os.PathLike) -> int:
+        """Write what slot ``slot_id`` holds to ``path``; returns its number of tokens."""
+        llm = self.llm
+        with llm.engine.exclusive(main=False):
+            tokens, data = state.encode_slot(llm, _idle_slot(llm, slot_id))
+        state.write(path, data)
+        return len(tokens)
+
+    def restore(self, slot_id: int, path: str | os.PathLike) -> int:
+        """Fill slot ``slot_id`` from a file ``save`` wrote (checked first: the same model, build and
+        cache types, intact); returns its number of tokens."""
+        llm = self.llm
+        header, cells, whole_context = state.decode(state.read(path), state.producer_of(llm.context))
+        if whole_context:
+            raise ValueError(f"{os.fspath(path)} holds a whole context's state (save_state), not one slot's")
+        tokens, spans, selection = state.checked_cells(llm, header)
+        with llm.engine.exclusive(main=False):
+            slot = _idle_slot(llm, slot_id)
+            try:
+                llm.context.set_seq_state_bytes(slot.seq, cells)
+            except ValueError:  # what llama.cpp took of it is not trusted: the slot holds nothing
+                llm.engine.slots.forget(slot)
+                raise
+            slot.tokens, slot.media_spans = tokens, spans
+            slot.selection, slot.prompt_cells = (selection if tokens else None), 0
+            llm.engine.slots.touch(slot)
+        return len(tokens)
+
+    def erase(self, slot_id: int) -> int:
+        """Empty slot ``slot_id``; returns how many tokens it held."""
+        llm = self.llm
+        with llm.engine.exclusive(main=False):
+            slot = _idle_slot(llm, slot_id)
+            held = len(slot.tokens)
             llm.engine.slots.forget(slot)
-            raise
-        slot.tokens, slot.media_spans = tokens, spans
-        slot.selection, slot.prompt_cells = (selection if tokens else None), 0
-        llm.engine.slots.touch(slot)
-    return len(tokens)
-
-
-def erase(llm, slot_id: int) -> int:
-    """Empty slot ``slot_id``; returns how many tokens it held."""
-    with llm.engine.exclusive(main=False):
-        slot = _idle_slot(llm, slot_id)
-        held = len(slot.tokens)
-        llm.engine.slots.forget(slot)
-    return held
+        return held

@@ -189,16 +189,19 @@ def read(state: bytes | bytearray | str | os.PathLike) -> bytes:
         return f.read()
 
 
+def encode_slot(llm, slot) -> tuple[list[int], bytes]:
+    """What ``slot`` holds (between the engine's steps): its tokens, and them with its cells encoded."""
+    tokens = list(slot.tokens)
+    selection = slot.selection if tokens else None
+    cells = llm.context.seq_state_bytes(slot.seq)
+    return tokens, encode(tokens, slot.media_spans, selection, cells, producer_of(llm.context))
+
+
 def save(llm, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
     """The main sequence's state (KV cache) with the tokens it holds: returned as bytes (with
     llama-cpp-python's LlamaState attributes), or written to ``path``. ``load`` takes either."""
     with llm.single():
-        main = llm.main_slot
-        tokens = list(main.tokens)
-        selection = main.selection if tokens else None
-        data = encode(
-            tokens, main.media_spans, selection, llm.context.seq_state_bytes(main.seq), producer_of(llm.context)
-        )
+        tokens, data = encode_slot(llm, llm.main_slot)
     if path is None:
         return compat.LlamaState(data, tokens, llm.seed)
     write(path, data)
