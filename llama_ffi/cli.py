@@ -179,6 +179,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from llama_ffi.server import cli as server_cli
 
+    return server_cli.run(args, _serving)
+
+
+def _serving(args: argparse.Namespace):
+    """How ``args``' model is opened, and how its adapters are loaded and named."""
+
     def lora_names(llm) -> list[str]:
         """Load the adapters; they apply to every request unless its ``lora`` field says otherwise
         (llama-server's rule)."""
@@ -188,7 +194,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             llm.adapters.set_default_loras([])
         return [a["name"] for a in active["active_loras"]]
 
-    return server_cli.run(args, lambda **options: _open(args, **options), lora_names)
+    return (lambda **options: _open(args, **options)), lora_names
 
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
@@ -296,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv[1:]  # the command's own flags, as given (router mode gives them to each model)
     try:
         return args.func(args)
     except (FileNotFoundError, ValueError, TypeError, ConnectionError) as exc:

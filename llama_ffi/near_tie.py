@@ -26,6 +26,11 @@ GAP_TEXT = (
     "around the river crossing. Merchants came from the north and the south. "
 ) * 4
 TOP = 16  # candidates per step whose logits decide a near tie
+# The contexts the two measurements run in, whatever the compared Llama's size: a decode attends over
+# the cells in use (rounded up to llama.cpp's padding), not the whole cache, so one measurement per
+# model serves every context (one per size used to cost 10-30 s each in the suite).
+GAP_N_CTX = 512  # GAP_TEXT once
+PARALLEL_N_CTX = 2048  # n_seq suffixes of GAP_TEXT side by side
 
 
 def stepwise_logits(llm, text: str | list[int] = GAP_TEXT) -> np.ndarray:
@@ -43,12 +48,12 @@ def stepwise_logits(llm, text: str | list[int] = GAP_TEXT) -> np.ndarray:
 
 
 @cache
-def _gaps(model_path: str, n_ctx: int) -> tuple[float, float]:
+def _gaps(model_path: str) -> tuple[float, float]:
     """The largest batch-vs-single logit difference over the whole vocabulary, and over each
     step's ``TOP`` candidates (what can flip a greedy choice)."""
     from llama_ffi.high import Llama
 
-    with Llama(model_path, n_ctx=n_ctx, logits_all=True, progress=False) as llm:
+    with Llama(model_path, n_ctx=GAP_N_CTX, logits_all=True, progress=False) as llm:
         tokens = llm.tokenize(GAP_TEXT)
         single = stepwise_logits(llm)
         llm.eval(tokens)  # one batch (n_batch 512), every row's logits kept
@@ -61,12 +66,8 @@ def _gaps(model_path: str, n_ctx: int) -> tuple[float, float]:
         return whole, top
 
 
-def _gap(model_path: str, n_ctx: int) -> float:
-    return _gaps(model_path, n_ctx)[1]
-
-
 @cache
-def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
+def _parallel_gap(model_path: str, n_seq: int) -> float:
     """The same for choices decoded together by the engine, on a fixed text: sequence s reads
     GAP_TEXT from its token s (prompts of different lengths), its continuation forced token by
     token; every odd sequence stops early and its slot is forgotten at once, so later tokens land in
@@ -75,7 +76,7 @@ def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
     are compared with a single-sequence decode of the same tokens."""
     from llama_ffi.high import Llama
 
-    with Llama(model_path, n_ctx=n_ctx, n_seq_max=n_seq + 2, progress=False) as llm:
+    with Llama(model_path, n_ctx=PARALLEL_N_CTX, n_seq_max=n_seq + 2, progress=False) as llm:
         tokens = llm.tokenize(GAP_TEXT, add_bos=False)
         bos = [llm.token_bos()] if llm.token_bos() >= 0 else []
         bases = [bos + tokens[s:] for s in range(n_seq)]  # a model may need its BOS (gemma's sink)
@@ -107,21 +108,20 @@ def _parallel_gap(model_path: str, n_ctx: int, n_seq: int) -> float:
 def gap(llm) -> float:
     """The largest batch-vs-single logit difference among the top candidates of ``llm``'s model on
     this machine."""
-    return _gaps(llm.model_path, max(llm.context.n_ctx, 256))[1]
+    return _gaps(llm.model_path)[1]
 
 
 def logits_gap(llm) -> float:
     """The largest batch-vs-single logit difference over the whole vocabulary (for comparing
     logit rows)."""
-    return _gaps(llm.model_path, max(llm.context.n_ctx, 256))[0]
+    return _gaps(llm.model_path)[0]
 
 
 def parallel_bound(llm, n_seq: int = 6) -> float:
     """The near-tie bound for sequences decoded by the engine next to others: twice the larger of
     the two differences measured on this machine (batch vs single, and sequences among others'
     cells), plus FLOOR."""
-    n_ctx = max(llm.context.n_ctx, 256)
-    return 2.0 * max(gap(llm), _parallel_gap(llm.model_path, n_ctx, n_seq)) + FLOOR
+    return 2.0 * max(gap(llm), _parallel_gap(llm.model_path, n_seq)) + FLOOR
 
 
 def bound(llm) -> float:
@@ -177,14 +177,23 @@ def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **samplin
 
 
 def assert_same_or_near_tie(
-    llm, prompt: str | list[int], got: str | list[int], n: int, processors=(), limit: float | None = None, **sampling
+    llm,
+    prompt: str | list[int],
+    got: str | list[int],
+    n: int,
+    processors=(),
+    limit: float | None = None,
+    steps: list[Step] | None = None,
+    **sampling,
 ) -> None:
     """``got`` (text or tokens of a greedy run of ``n`` tokens of ``prompt``) equals plain greedy
     decoding with ``llm``, or first differs at an explained near tie: where the token taken
     instead is within ``limit`` of the reference's choice (usually its runner-up, but where the
-    top three are close, another can come out on top)."""
+    top three are close, another can come out on top). ``steps``: that decoding's
+    ``greedy_trace``, when several outputs are compared with one reference."""
     tokens = llm.tokenize(prompt, special=True) if isinstance(prompt, str) else list(prompt)
-    steps = greedy_trace(llm, tokens, n, processors, **sampling)
+    if steps is None:
+        steps = greedy_trace(llm, tokens, n, processors, **sampling)
     want = [s[0] for s in steps]
     if isinstance(got, str):
         if got == b"".join(llm.tokenizer.piece(t) for t in want).decode("utf-8", "replace"):

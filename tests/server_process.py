@@ -26,8 +26,7 @@ class ServerProcess:
             sys.executable,
             "-m",
             "llama_ffi.server",
-            "-m",
-            str(model),
+            *(() if model is None else ("-m", str(model))),  # None: router mode (its flags say the models)
             "--port",
             str(self.port),
             "-t",

@@ -166,7 +166,7 @@ def test_two_threads_alternating_adapters(llm):
     # each step decodes one selection; the requests' cells interleave in the cache, so a near tie
     # may flip (near_tie), but never another adapter's answer
     for name, outs in got.items():
-        for out in outs:
+        for out in set(outs):  # one trace per distinct answer
             assert_same_or_near_tie(llm, PROMPTS[0], out, N, limit=parallel_bound(llm), active_loras=[{"name": name}])
 
 

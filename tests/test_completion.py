@@ -505,7 +505,7 @@ def test_two_threads_on_one_llama_each_get_their_own_output(llm):
         t.join()
     for i, outs in got.items():  # decoded together (tests/test_engine.py), never each other's
         assert len(outs) == 3
-        for out in outs:
+        for out in set(outs):  # one trace per distinct answer
             assert_same_or_near_tie(llm, prompts[i], out, 16, limit=parallel_bound(llm))
 
 

@@ -23,11 +23,11 @@ FIM = {
     "tokenizer.ggml.fim_suf_token_id": 9,
     "tokenizer.ggml.fim_mid_token_id": 10,
 }
-N_CTX, N_BATCH, N = 4096, 2048, 16
+N_CTX, N_BATCH, N = 1024, 512, 16
 CASES = [
     ("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"),
     ("The three primary colours are red, ", " and blue."),
-    ("x" * 3 + "\n" + "# a long prefix line\n" * 400, "return 0\n" * 300),
+    ("x" * 3 + "\n" + "# a long prefix line\n" * 120, "return 0\n" * 100),
 ]  # both cut to fit a batch
 
 

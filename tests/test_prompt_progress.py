@@ -116,7 +116,8 @@ def forget(server) -> None:
 )
 def test_server_streams_carry_prompt_progress(server, path, body):
     forget(server)
-    got = events(server, path, {**body, "stream": True, "return_progress": True, "max_tokens": 3})
+    limit = {"max_output_tokens": 3} if path == "/v1/responses" else {"max_tokens": 3}  # the Responses API's name
+    got = events(server, path, {**body, "stream": True, "return_progress": True, **limit})
     progress = [e["prompt_progress"] for e in got if "prompt_progress" in e]
     check_progress(progress, progress[0]["total"], 0)
     if path == "/v1/responses":
@@ -129,5 +130,5 @@ def test_server_streams_carry_prompt_progress(server, path, body):
         assert all(t["predicted_n"] == 0 for t in timings)
     # without asking: none
     forget(server)
-    plain = events(server, path, {**body, "stream": True, "max_tokens": 3})
+    plain = events(server, path, {**body, "stream": True, **limit})
     assert not any("prompt_progress" in e for e in plain)

@@ -450,6 +450,31 @@ def test_metrics_count_llama_servers_own_routes_as_it_does(server):
         assert metric(server, name) == 0  # no drafter here
 
 
+def test_metrics_under_vllms_names_for_a_router_of_replicas(server):
+    """The gauges the Gateway API Inference Extension reads: requests running and waiting, the share
+    of KV cells in use, the adapters loaded."""
+
+    def gauge(name: str) -> tuple[str, float]:
+        lines = [ln for ln in httpx.get(server.url + "/metrics").text.splitlines() if ln.startswith(f"vllm:{name}{{")]
+        assert len(lines) == 1, name
+        labels, value = lines[0].rsplit(" ", 1)
+        return labels, float(value)
+
+    wait_idle(server)
+    labels, running = gauge("num_requests_running")
+    assert running == 0 and labels == 'vllm:num_requests_running{model_name="SmolLM2-135M-Instruct.Q4_1.gguf"}'
+    body = {"prompt": PROMPT, "max_tokens": 300, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as stream:
+        lines = stream.iter_lines()  # kept: a closed iterator closes the response (the client leaves)
+        next(line for line in lines if line.startswith("data: "))
+        assert gauge("num_requests_running")[1] == 1 and gauge("num_requests_waiting")[1] == 0
+    wait_idle(server)
+    cached = sum(s["n_cached_tokens"] for s in slots(server))
+    assert cached > 0 and gauge("kv_cache_usage_perc")[1] == pytest.approx(cached / N_CTX)
+    labels, stamp = gauge("lora_requests_info")
+    assert 'running_lora_adapters=""' in labels and 'max_lora="0"' in labels and 0 < stamp <= time.time()
+
+
 # ---- errors ---------------------------------------------------------------------------------------------
 BAD = [
     ("/v1/completions", b"{not json", "JSON"),

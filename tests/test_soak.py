@@ -1,4 +1,4 @@
-"""The soak for 120 requests (``python -m llama_ffi.bench --soak MINUTES`` runs it for minutes): one
+"""The soak for 80 requests (``python -m llama_ffi.bench --soak MINUTES`` runs it for minutes): one
 ``Llama`` under mixed concurrent load with a disk cache that a corrupter damages; every greedy
 answer equals its request alone or leaves it at a measured near tie, nothing fails unexpectedly,
 and ``close()`` with requests in flight ends them all."""
@@ -11,12 +11,12 @@ KINDS = {"plain", "stream", "abandoned", "n2", "list", "sampled", "chat", "bad",
 
 
 def test_mixed_load_serves_every_request_right(smollm2_path):
-    report = Soak(str(smollm2_path), minutes=10.0, threads=2, seed=3, requests=120).run()
+    report = Soak(str(smollm2_path), minutes=10.0, threads=2, seed=3, requests=80).run()
     summary = report.summary()
     assert not report.wrong, report.wrong[:5]
     assert not report.unexpected, report.unexpected[:5]
     assert KINDS <= set(summary["by_kind"]), summary["by_kind"]
-    assert summary["requests"] >= 120 and summary["tokens_per_s"] > 0
+    assert summary["requests"] >= 80 and summary["tokens_per_s"] > 0
     assert summary["expected_errors"] == summary["by_kind"]["bad"]  # each bad request refused, by name
     assert summary["corruptions"] > 5  # cache files were damaged while in use
     # close() waited for the plain request (its whole answer) and ended the two streams

@@ -13,7 +13,7 @@ from llama_ffi import lib
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
 from llama_ffi.high.speculative.ngram import NgramMapK, NgramMapK4V
-from llama_ffi.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
+from llama_ffi.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, greedy_trace
 
 N_CTX = 1024
 # SmolLM2 continues this with more methods of the same shape: long runs an n-gram drafter can copy
@@ -89,7 +89,7 @@ def engines(smollm2_path, draft_path):
 
 def _tokens(llm, prompt, **kw):
     llm.reset()
-    out = list(llm.generate(llm.tokenize(prompt), **kw))
+    out = list(llm.generate(llm.tokenize(prompt) if isinstance(prompt, str) else prompt, **kw))
     return out
 
 
@@ -115,10 +115,11 @@ def test_greedy_repetitive_prompt_equals_plain_or_a_near_tie_and_speculates(plai
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=24), repeat=st.integers(1, 3), n=st.integers(1, 48))
 def test_greedy_generated_prompts_equal_plain_or_a_near_tie(plain, engines, words, repeat, n):
-    prompt = " ".join(words * repeat)
+    prompt = plain.tokenize(" ".join(words * repeat))
+    steps = greedy_trace(plain, prompt, n)  # the reference of every engine's output
     for llm in engines.values():
         got = _tokens(llm, prompt, max_tokens=n, temperature=0)
-        assert_same_or_near_tie(plain, plain.tokenize(prompt), got, n)
+        assert_same_or_near_tie(plain, prompt, got, n, steps=steps)
         assert _cache_consistent(llm)
 
 
@@ -131,10 +132,11 @@ def test_prompts_like_the_generated_ones_draft_and_roll_back(plain, engines):
         (["{", '"key":', "1,", "}", "\n"], 3, 40),
         (["def", "f(x):", "return", "\n"], 2, 48),
     ]:
-        prompt = " ".join(words * repeat)
+        prompt = plain.tokenize(" ".join(words * repeat))
+        steps = greedy_trace(plain, prompt, n)
         for name, llm in engines.items():
             got = _tokens(llm, prompt, max_tokens=n, temperature=0)
-            assert_same_or_near_tie(plain, plain.tokenize(prompt), got, n)
+            assert_same_or_near_tie(plain, prompt, got, n, steps=steps)
             stats = llm.last_speculative_stats
             drafted[name] += stats.drafted_tokens
             rolled_back += stats.rollbacks

@@ -12,6 +12,7 @@ from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high._checks import flag, integer, number
 from llama_ffi.high.model import Model
+from llama_ffi.high.threads import default_threads
 
 DECODE_NO_KV_SLOT = 1
 DECODE_ABORTED = 2
@@ -87,7 +88,9 @@ class ContextParams:
                 setattr(cp, name, integer(name, value, minimum, 2**31 - 1))
         if self.moe_cache_size is not None:  # size_t: llama.cpp's --moe-cache-mib, in bytes
             cp.moe_cache_size = integer("moe_cache_size", self.moe_cache_size, 0, 2**63 - 1)
-        if self.n_threads is not None and self.n_threads_batch is None:
+        if self.n_threads is None:
+            cp.n_threads = default_threads()
+        if self.n_threads_batch is None:
             # llama.cpp's tools (common's -tb) batch with the -t threads unless told; the bare
             # struct's default (GGML_DEFAULT_N_THREADS) would oversubscribe a small machine.
             cp.n_threads_batch = cp.n_threads

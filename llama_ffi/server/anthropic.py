@@ -14,7 +14,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.server import errors, handling
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.handling import parse
@@ -314,7 +313,7 @@ def add_routes(app: FastAPI, served) -> None:
         llm = served.accept(body)
         chat = chat_body(body)
         # message_start tells the prompt's length before the first token (as Anthropic's API does)
-        input_tokens = _count(llm, chat) if body.stream else 0
+        input_tokens = handling.prompt_tokens(llm, chat) if body.stream else 0
         result, release, _ = await handling.chat(request, served, llm, {**chat, "stream": body.stream})
         if not body.stream:
             release()
@@ -325,12 +324,4 @@ def add_routes(app: FastAPI, served) -> None:
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request):
         body = await parse(request, CountRequest)
-        return {"input_tokens": _count(served.accept(body), chat_body(body))}
-
-
-def _count(llm, chat: dict) -> int:
-    """The prompt tokens of a translated request: its messages and tools through the template."""
-    try:
-        return chat_prompt(llm, chat["messages"], tools=chat.get("tools"))[1]
-    except (ValueError, TypeError) as error:
-        raise errors.from_library(error) from None
+        return {"input_tokens": handling.prompt_tokens(served.accept(body), chat_body(body))}

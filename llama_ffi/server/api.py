@@ -37,6 +37,7 @@ from llama_ffi.server.schemas import (
     RerankRequest,
     TokenizeRequest,
 )
+from llama_ffi.server.sleep import Sleeper
 from llama_ffi.server.streaming import EventStream, openai_events
 
 PUBLIC_PATHS = {"/health", "/v1/health"}
@@ -166,6 +167,10 @@ def create_app(
     app = FastAPI(title="llama-ffi", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.served = served
     errors.install(app)
+    if options.sleep_idle_seconds is not None:  # innermost: under the API keys and CORS
+        if options.sleep_idle_seconds <= 0:
+            raise ValueError(f"--sleep-idle-seconds must be > 0, got {options.sleep_idle_seconds}")
+        app.add_middleware(Sleeper, served=served, load=load, seconds=options.sleep_idle_seconds)
     if options.api_keys:
         app.add_middleware(Gate, keys=tuple(options.api_keys))
     app.add_middleware(Cors, origins=options.cors_origins)  # before the key: a preflight needs none
@@ -391,8 +396,10 @@ def _routes(app: FastAPI, served: Served) -> None:
     async def metrics():
         if not options.metrics:
             raise ApiError(501, "this server does not serve metrics: start it with --metrics", code="not_supported")
+        llm = served.llm if served.metrics.asleep is not None else served.ready()  # asleep: its last totals
         response = PlainTextResponse(
-            served.metrics.prometheus(served.ready(), served.in_flight), media_type="text/plain; version=0.0.4"
+            served.metrics.prometheus(llm, served.in_flight, served.model_id, options.lora_names),
+            media_type="text/plain; version=0.0.4",
         )
         # llama-server's header, spelled as it spells it (clients that read it compare case)
         response.raw_headers.append((b"Process-Start-Time-Unix", str(int(served.started)).encode()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import ipaddress
 import signal
 import socket
@@ -85,7 +86,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM, wait at most this long for requests in flight (default: until they end)",
     )
     flags.add_arguments(g)
-    parser.set_defaults(metrics=False, slots=True)
+    r = parser.add_argument_group("router mode (no -m: every model of --models-dir / --models-preset)")
+    r.add_argument(
+        "--models-dir", metavar="DIR", help="serve every GGUF of DIR (a subdirectory: a model and its mmproj)"
+    )
+    r.add_argument("--models-preset", metavar="FILE", help="an INI file of models, each with its own flags ([*]: all)")
+    r.add_argument("--models-max", type=int, default=4, help="models loaded at once (0: no limit; default 4)")
+    r.add_argument(
+        "--no-models-autoload",
+        dest="models_autoload",
+        action="store_false",
+        help="load a model only on POST /models/load (default: when a request names it)",
+    )
+    g.add_argument(
+        "--sleep-idle-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="free the model after this long without requests; the next request loads it again",
+    )
+    parser.set_defaults(metrics=False, slots=True, serve_parser=parser)
 
 
 def _override(text: str) -> tuple[str, bool | int | float | str]:
@@ -145,9 +165,10 @@ def llama_options(args: argparse.Namespace) -> dict:
     return out
 
 
-def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names: Callable[[object], list[str]]) -> int:
-    """Serve until SIGTERM / Ctrl-C. ``open_llama(**options)`` loads the model (in a thread, while
-    /health says 503); ``lora_names(llm)`` loads the --lora adapters and names them in order."""
+def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[Callable, Callable]]) -> int:
+    """Serve until SIGTERM / Ctrl-C. ``serving(args)`` gives ``open_llama(**options)``, which loads
+    the model (in a thread, while /health says 503), and ``lora_names(llm)``, which loads the --lora
+    adapters and names them in order. Without -m, --models-dir or --models-preset: router mode."""
     try:
         import uvicorn
 
@@ -157,13 +178,59 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
             f"llama-ffi: error: the server needs its extra: pip install 'llama-ffi[server]' ({error})", file=sys.stderr
         )
         return 2
+    keys = api_keys(args)
+    if not keys and not all(_loopback(h.strip()) for h in args.host.split(",")):
+        print(
+            f"llama-ffi: warning: serving on {args.host} without an API key: anyone who can reach it can "
+            "use the model (--api-key)",
+            file=sys.stderr,
+        )
+    if router_mode(args):
+        app = _router_app(args, serving, keys)
+        served = None
+    else:
+
+        def failed():  # llama-server exits when its model does not load
+            server.should_exit = True
+
+        load, options = prepare(args, *serving(args), failed)
+        app = create_app(load, options, owns_llm=True)
+        served = app.state.served
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=args.timeout_graceful_shutdown,
+        lifespan="on",
+    )
+    server = _server_class()(config)
+    server.run(sockets=_sockets(args.host, args.port) if "," in args.host else None)
+    if served is not None and served.load_error is not None:
+        print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
+        return 1
+    return 0 if server.started else 1
+
+
+def router_mode(args: argparse.Namespace) -> bool:
+    return args.model is None and args.hf_repo is None and bool(args.models_dir or args.models_preset)
+
+
+def prepare(
+    args: argparse.Namespace,
+    open_llama: Callable[..., object],
+    lora_names: Callable[[object], list[str]],
+    failed: Callable[[], None] | None = None,
+):
+    """The model's loader and the server's options, from the flags. ``failed()``: called when the
+    model does not load."""
     from llama_ffi.high import sampling_fields
     from llama_ffi.server.options import ServerOptions
 
-    keys = api_keys(args)
     options = ServerOptions(
         alias=args.alias,
-        api_keys=keys,
+        api_keys=api_keys(args),
         metrics=args.metrics,
         slots=args.slots,
         slot_save_path=args.slot_save_path,
@@ -178,46 +245,67 @@ def run(args: argparse.Namespace, open_llama: Callable[..., object], lora_names:
         reasoning_format=args.reasoning_format,
         reasoning_budget=args.reasoning_budget,
         verbose=args.verbose,
+        sleep_idle_seconds=args.sleep_idle_seconds,
     )
     llama_kwargs = llama_options(args)
-    if not keys and not all(_loopback(h.strip()) for h in args.host.split(",")):
-        print(
-            f"llama-ffi: warning: serving on {args.host} without an API key: anyone who can reach it can "
-            "use the model (--api-key)",
-            file=sys.stderr,
-        )
 
     def load():
         try:
             llm = open_llama(**llama_kwargs)
         except BaseException:
-            server.should_exit = True  # llama-server exits when its model does not load
+            if failed is not None:
+                failed()
             raise
         options.lora_names = tuple(lora_names(llm))
         if args.cache_ram:  # MiB of prompt states kept in RAM beside the slots (llama-server's --cache-ram)
             from llama_ffi.high import LlamaRAMCache
 
             llm.set_cache(LlamaRAMCache(capacity_bytes=args.cache_ram << 20))
-        print(f"llama-ffi: model loaded; serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+        print(f"llama-ffi: model {options.alias or llm.model_path} loaded", file=sys.stderr, flush=True)
         return llm
 
-    app = create_app(load, options, owns_llm=True)
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=args.timeout_graceful_shutdown,
-        lifespan="on",
+    return load, options
+
+
+def _router_app(args: argparse.Namespace, serving, keys: list[str]):
+    """Router mode's app: each model's flags are the preset's ([*], then its section) under this
+    command line's (llama-server's precedence); its app is the single-model server's."""
+    from llama_ffi.server import router
+    from llama_ffi.server.api import create_app
+
+    parser = args.serve_parser
+
+    def entries() -> list[router.ModelEntry]:
+        out = router.from_models_dir(args.models_dir) if args.models_dir else []
+        if args.models_preset:
+            table = {
+                flag.lstrip("-"): (flag, action.nargs == 0)
+                for action in parser._actions
+                for flag in action.option_strings
+            }
+            out += router.from_preset(args.models_preset, table, flags.ENVIRONMENT)
+        return out
+
+    def build(entry: router.ModelEntry):
+        model_args = parser.parse_args([*entry.flags, *args.argv])
+        model_args.alias = entry.id  # the router names its models
+        load, options = prepare(model_args, *serving(model_args))
+        options = dataclasses.replace(options, api_keys=(), cors_origins=(), api_prefix="", sleep_idle_seconds=None)
+        return create_app(load, options, load_now=True)
+
+    def free(app) -> None:
+        app.state.served.llm.close()
+
+    if args.models_max < 0:
+        raise ValueError(f"--models-max must be >= 0, got {args.models_max}")
+    fleet = router.Fleet(entries(), build, free, args.models_max, args.models_autoload)
+    options = router.RouterOptions(
+        api_keys=tuple(keys),
+        cors_origins=tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else ("*",),
+        api_prefix=args.api_prefix.rstrip("/"),
+        sleep_idle_seconds=args.sleep_idle_seconds,
     )
-    server = _server_class()(config)
-    server.run(sockets=_sockets(args.host, args.port) if "," in args.host else None)
-    served = app.state.served
-    if served.load_error is not None:
-        print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
-        return 1
-    return 0 if server.started else 1
+    return router.create_router_app(fleet, options, entries)
 
 
 def _server_class():

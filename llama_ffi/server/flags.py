@@ -12,11 +12,6 @@ from pathlib import Path
 
 # flag -> why it cannot be honoured here
 REFUSED = {
-    "--models-dir": "router mode (several models from one server) is not supported yet",
-    "--models-preset": "router mode (several models from one server) is not supported yet",
-    "--models-max": "router mode (several models from one server) is not supported yet",
-    "--no-models-autoload": "router mode (several models from one server) is not supported yet",
-    "--sleep-idle-seconds": "sleeping when idle is not supported yet",
     "--grp-attn-n": "self-extend (group attention) is not supported",
     "--grp-attn-w": "self-extend (group attention) is not supported",
     "--model-url": "models are not downloaded from URLs: download the file and pass -m",
@@ -32,7 +27,7 @@ REFUSED = {
     "--timeout": "a read/write timeout is not supported yet",
     "--context-shift": "context shift is not supported: a request that fills its slot ends with finish_reason length",
 }
-VALUED_REFUSED = {"--no-models-autoload", "--ui-mcp-proxy", "--context-shift"}
+VALUED_REFUSED = {"--ui-mcp-proxy", "--context-shift"}
 
 # flags for what this server always does (llama-server's defaults or a no-op here)
 ALWAYS = {
@@ -63,6 +58,9 @@ ENVIRONMENT = {
     "LLAMA_ARG_ALIAS": "--alias",
     "LLAMA_ARG_TAGS": "--tags",
     "LLAMA_ARG_MODEL": "--model",
+    "LLAMA_ARG_MODELS_DIR": "--models-dir",
+    "LLAMA_ARG_MODELS_PRESET": "--models-preset",
+    "LLAMA_ARG_MODELS_MAX": "--models-max",
     "LLAMA_ARG_HF_REPO": "--hf-repo",
     "LLAMA_ARG_HOST": "--host",
     "LLAMA_ARG_PORT": "--port",

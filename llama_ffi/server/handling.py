@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
+from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError, ClientGone
 from llama_ffi.server.schemas import ChatRequest
@@ -58,3 +59,11 @@ async def chat(request: Request, served, llm, body: dict) -> tuple[object, Calla
     work = llm.acreate_chat_completion(request_body.messages, stream=request_body.stream, **kwargs)
     result, release = await held(request, served, work)
     return result, release, request_body.messages
+
+
+def prompt_tokens(llm, chat: dict) -> int:
+    """The prompt tokens of a translated chat request: its messages and tools through the template."""
+    try:
+        return chat_prompt(llm, chat["messages"], tools=chat.get("tools"))[1]
+    except (ValueError, TypeError) as error:
+        raise errors.from_library(error) from None

@@ -1,9 +1,15 @@
 """``GET /metrics``: Prometheus text under llama-server's metric names, from the requests this
-server finished and the engine's running totals."""
+server finished and the engine's running totals; and the gauges a router of replicas reads under
+vLLM's names (the Gateway API Inference Extension's model server protocol: requests running and
+waiting, the share of KV cells in use, the LoRA adapters loaded)."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Sequence
+
+from llama_ffi.high.engine import EngineStats, EngineStatus
 
 
 @dataclasses.dataclass
@@ -13,6 +19,11 @@ class Metrics:
     prompt_tokens_cached: int = 0
     tokens_predicted: int = 0
     n_tokens_max: int = 0
+    since: float = dataclasses.field(default_factory=lambda: float(int(time.time())))  # adapters loaded
+    # the totals of engines freed by sleeping (the counters go on from them after a wake)
+    carried: EngineStats = dataclasses.field(default_factory=EngineStats)
+    asleep: tuple[EngineStatus, int] | None = None  # the last engine's status and n_ctx, while it sleeps
+    window: tuple[float, ...] = (0, 0.0, 0, 0.0)  # prompt tokens and seconds, generated and seconds, at last read
 
     def finished(self, usage: dict | None) -> None:
         """A request ended (its usage, when it got that far)."""
@@ -25,9 +36,24 @@ class Metrics:
         self.tokens_predicted += usage.get("completion_tokens", 0)
         self.n_tokens_max = max(self.n_tokens_max, usage.get("total_tokens", 0))
 
-    def prometheus(self, llm, in_flight: int) -> str:
+    def retire(self, llm) -> None:
+        """``llm`` goes to sleep: its engine's totals are kept, and its status answers meanwhile."""
         status = llm.engine.status()
-        stats = status.stats
+        self.asleep = (status, int(llm.context.n_ctx))  # answered as just before it slept
+        self.carried = _sum(self.carried, status.stats)
+
+    def prometheus(self, llm, in_flight: int, model: str = "", loras: Sequence[str] = ()) -> str:
+        """The text of one scrape; the two throughput gauges are over the time since the last one
+        (llama-server's window). ``llm`` None: the model sleeps."""
+        if llm is not None:
+            self.asleep = None
+            status, n_ctx = llm.engine.status(), int(llm.context.n_ctx)
+            stats = _sum(self.carried, status.stats)
+        else:
+            (status, n_ctx), stats = self.asleep, self.carried
+        now = (stats.prompt_tokens, stats.prompt_s, stats.generated_tokens, stats.generation_s)
+        d = [a - b for a, b in zip(now, self.window)]
+        self.window = now
         processing = status.processing
         steps = stats.prompt_steps + stats.generation_steps + stats.embedding_decodes
         counters = [
@@ -55,12 +81,12 @@ class Metrics:
             (
                 "prompt_tokens_seconds",
                 "Average prompt throughput in tokens/s",
-                stats.prompt_tokens / stats.prompt_s if stats.prompt_s else 0.0,
+                d[0] / d[1] if d[1] > 0 else 0.0,
             ),
             (
                 "predicted_tokens_seconds",
                 "Average generation throughput in tokens/s",
-                stats.generated_tokens / stats.generation_s if stats.generation_s else 0.0,
+                d[2] / d[3] if d[3] > 0 else 0.0,
             ),
             ("requests_processing", "Number of requests processing", processing),
             ("requests_deferred", "Number of requests deferred", max(in_flight - processing, status.waiting)),
@@ -78,4 +104,35 @@ class Metrics:
                     f"# TYPE llamacpp:{name} {kind}",
                     f"llamacpp:{name} {value}",
                 ]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + _vllm(status, in_flight, n_ctx, model, loras, self.since)) + "\n"
+
+
+def _sum(a: EngineStats, b: EngineStats) -> EngineStats:
+    return EngineStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(EngineStats)})
+
+
+def _vllm(status, in_flight: int, n_ctx: int, model: str, loras: Sequence[str], since: float) -> list[str]:
+    waiting = max(in_flight - status.processing, status.waiting)
+    used = sum(s.cached_tokens for s in status.slots) / max(1, n_ctx)
+    label = f'model_name="{_quoted(model)}"'
+    gauges = [
+        ("num_requests_running", "Number of requests being decoded", status.processing),
+        ("num_requests_waiting", "Number of requests waiting for a slot", waiting),
+        ("kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent usage", min(1.0, used)),
+    ]
+    lines = []
+    for name, description, value in gauges:
+        lines += [f"# HELP vllm:{name} {description}", f"# TYPE vllm:{name} gauge", f"vllm:{name}{{{label}}} {value}"]
+    adapters = _quoted(",".join(loras))
+    lines += [
+        "# HELP vllm:lora_requests_info LoRA adapters loaded (running) and waiting; the value is when it was read",
+        "# TYPE vllm:lora_requests_info gauge",
+        f'vllm:lora_requests_info{{max_lora="{len(loras)}",running_lora_adapters="{adapters}",'
+        f'waiting_lora_adapters=""}} {since}',
+    ]
+    return lines
+
+
+def _quoted(text: str) -> str:
+    """A Prometheus label value."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

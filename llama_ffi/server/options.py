@@ -27,6 +27,7 @@ class ServerOptions:
     reasoning_format: str | None = None  # deepseek / auto: thinking goes to reasoning_content (the default)
     verbose: bool = False  # the rendered prompt in every chat answer's "__verbose" (--verbose)
     reasoning_budget: int | None = None  # thinking tokens per request (--reasoning-budget; -1: no limit)
+    sleep_idle_seconds: float | None = None  # free the model after this long without requests
 
     def __post_init__(self) -> None:
         if isinstance(self.api_keys, str):

@@ -409,6 +409,14 @@ def add_routes(app: FastAPI, served) -> None:
             return out
         return EventStream(_events(Stream(rid, body, served.model_id), result, body, store, messages), release)
 
+    @app.post("/v1/responses/input_tokens")
+    @app.post("/responses/input_tokens")
+    async def input_tokens(request: Request):
+        """The prompt tokens the request would use (its input, instructions and tools)."""
+        body = await parse(request, ResponsesRequest)
+        count = handling.prompt_tokens(served.accept(body), chat_body(body, conversation_of(body)))
+        return {"object": "response.input_tokens", "input_tokens": count}
+
     @app.get("/v1/responses/{rid}")
     async def get(rid: str):
         return store.get(rid)[0]

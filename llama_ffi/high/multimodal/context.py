@@ -8,6 +8,7 @@ from pathlib import Path
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high.model import Model, check_gguf_file
+from llama_ffi.high.threads import default_threads
 
 
 class MtmdContext:
@@ -24,8 +25,7 @@ class MtmdContext:
         params = lib.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.print_timings = False
-        if n_threads is not None:
-            params.n_threads = n_threads
+        params.n_threads = default_threads() if n_threads is None else n_threads
         # a chat handler's bounds on an image's tokens (dynamic-resolution projectors: Qwen-VL)
         if handler is not None and handler.image_min_tokens:
             params.image_min_tokens = handler.image_min_tokens

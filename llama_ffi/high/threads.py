@@ -1,0 +1,48 @@
+"""How many CPU threads a context uses when the caller does not say: one per physical core this
+process may run on, which is what llama.cpp's own tools choose (common's ``cpu_get_num_math``).
+The bare ``llama_context_params`` default (GGML_DEFAULT_N_THREADS, 4) oversubscribes a 2-core
+machine: measured on SmolLM2 here, 48 tokens/s against 91 with 2 threads."""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import cache
+from pathlib import Path
+
+CPU_SYSFS = Path("/sys/devices/system/cpu")
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def _usable_cpus() -> set[int]:
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return set(range(os.cpu_count() or 1))
+
+
+def _physical_cores(cpus: set[int]) -> int:
+    """Cores among ``cpus``: hyperthreads of one core (its ``thread_siblings_list``) count once."""
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add((CPU_SYSFS / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return len(cores)
+
+
+def _cgroup_limit() -> int | None:
+    """The container's CPU quota in whole CPUs (cgroup v2 ``cpu.max``), or None without one."""
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
+
+
+@cache
+def default_threads() -> int:
+    cores = _physical_cores(_usable_cpus())
+    limit = _cgroup_limit()
+    return max(1, min(cores, limit) if limit else cores)

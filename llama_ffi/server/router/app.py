@@ -1,0 +1,182 @@
+"""The router's HTTP face: ``GET /models`` (every model with its state), ``POST /models/load`` and
+``/models/unload``, ``GET /props`` (the router's own, or a model's with ``?model=``), and every
+other route forwarded to the model its request names (the body's ``model``, or ``?model=``) as an
+ASGI call: the single-model server answers, on the same event loop, with nothing in between."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from llama_ffi.server import errors, native
+from llama_ffi.server.api import Gate
+from llama_ffi.server.cors import Cors, Prefix
+from llama_ffi.server.errors import ApiError
+from llama_ffi.server.router.catalog import ModelEntry
+from llama_ffi.server.router.hosts import Fleet, ModelHost
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterOptions:
+    api_keys: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ("*",)
+    api_prefix: str = ""
+    sleep_idle_seconds: float | None = None  # free a model after this long without requests
+
+
+def create_router_app(fleet: Fleet, options: RouterOptions, reread: Callable[[], list[ModelEntry]]) -> FastAPI:
+    """``reread()``: the list of models again (``GET /models?reload=1``)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        sleeper = None
+        if options.sleep_idle_seconds:
+            sleeper = asyncio.create_task(fleet.sleep_idle(options.sleep_idle_seconds))
+        yield
+        if sleeper is not None:
+            sleeper.cancel()
+        for host in list(fleet.hosts.values()):  # each waits for its requests in flight
+            await fleet.unload(host)
+
+    app = FastAPI(title="llama-ffi router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.fleet = fleet
+    errors.install(app)
+    if options.api_keys:
+        app.add_middleware(Gate, keys=options.api_keys)
+    app.add_middleware(Cors, origins=options.cors_origins)
+    if options.api_prefix:
+        app.add_middleware(Prefix, prefix=options.api_prefix)
+
+    @app.get("/health")
+    @app.get("/v1/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/models")
+    @app.get("/v1/models")
+    async def models(reload: str = ""):
+        if reload:
+            fleet.update(reread())
+        now = int(time.time())
+        return {"object": "list", "data": [_listing(h, now) for h in fleet.hosts.values()]}
+
+    @app.post("/models/load")
+    async def load(request: Request):
+        host = fleet.host(_body_model(await request.body()))
+        if host.holds_place:
+            raise ApiError(400, f"model '{host.entry.id}' is already running", "model")
+        asyncio.ensure_future(_quietly(fleet.load(host)))  # /models shows it loading, then loaded
+        return {"success": True}
+
+    @app.post("/models/unload")
+    async def unload(request: Request):
+        host = fleet.host(_body_model(await request.body()))
+        if not host.holds_place:
+            raise ApiError(400, f"model '{host.entry.id}' is not running", "model")
+        asyncio.ensure_future(_quietly(fleet.unload(host)))
+        return {"success": True}
+
+    @app.get("/props")
+    async def props(request: Request):
+        if request.query_params.get("model"):
+            return await _forwarded(request)
+        return {
+            "role": "router",
+            "max_instances": fleet.models_max,
+            "models_autoload": fleet.autoload,
+            "model_alias": "llama-ffi",
+            "model_path": "none",
+            "default_generation_settings": {"params": {}, "n_ctx": 0},
+            "build_info": native.build_info(),
+            "is_sleeping": False,
+        }
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    async def forward(request: Request):
+        return await _forwarded(request)
+
+    async def _forwarded(request: Request) -> Response:
+        body = await request.body()
+        name = request.query_params.get("model")
+        if request.method == "POST" and not name:
+            name = _body_model(body)
+        host = fleet.host(name)
+        autoload = request.query_params.get("autoload")
+        app_for = await _acquire(host, None if autoload is None else autoload in ("1", "true"), request)
+        return Forward(fleet, host, app_for, body)
+
+    async def _acquire(host: ModelHost, autoload: bool | None, request: Request):
+        gone = asyncio.Event()
+
+        async def watch():  # the client leaving while its model waits for a place
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            return await fleet.acquire(host, autoload, gone)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    return app
+
+
+class Forward(Response):
+    """The rest of a request, answered by its model's app; its place in flight ends with it."""
+
+    def __init__(self, fleet: Fleet, host: ModelHost, app, body: bytes) -> None:
+        super().__init__()
+        self.fleet, self.host, self.app, self.body_bytes = fleet, host, app, body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        replayed = False
+
+        async def receive_again() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": self.body_bytes, "more_body": False}
+            return await receive()
+
+        try:
+            await self.app(scope, receive_again, send)
+        finally:
+            await self.fleet.release(self.host)
+
+
+def _body_model(body: bytes) -> str | None:
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        raise ApiError(400, "the body is not JSON") from None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
+
+
+async def _quietly(work) -> None:
+    with contextlib.suppress(ApiError):  # a failed load is the model's state, shown by /models
+        await work
+
+
+def _listing(host: ModelHost, now: int) -> dict:
+    return {
+        "id": host.entry.id,
+        "aliases": [],
+        "tags": [],
+        "object": "model",
+        "owned_by": "llamacpp",
+        "created": now,
+        "status": host.status(),
+        "source": host.entry.source,
+        "can_remove": False,
+    }
