@@ -80,8 +80,11 @@ def _parallel_gap(model_path: str, n_seq: int) -> float:
         tokens = llm.tokenize(GAP_TEXT, add_bos=False)
         bos = [llm.token_bos()] if llm.token_bos() >= 0 else []
         bases = [bos + tokens[s:] for s in range(n_seq)]  # a model may need its BOS (gemma's sink)
-        single = [stepwise_logits(llm, base) for base in bases]
         prompts = [base[: 5 + 2 * s] for s, base in enumerate(bases)]
+        budget = min(len(b) for b in bases) - max(len(p) for p in prompts) - 1
+        # each sequence's references as far as its forced run reads them (the odd ones stop early)
+        ends = [min(len(b), len(p) + (2 + s if s % 2 else budget) + 1) for s, (b, p) in enumerate(zip(bases, prompts))]
+        single = [stepwise_logits(llm, base[:end]) for base, end in zip(bases, ends)]
         which = {tuple(base[:5]): s for s, base in enumerate(bases)}
         end, worst, holes = llm.token_eos(), [0.0], []
 
@@ -98,7 +101,6 @@ def _parallel_gap(model_path: str, n_seq: int) -> float:
             logits[nxt] = 0.0
             return logits
 
-        budget = min(len(b) for b in bases) - max(len(p) for p in prompts) - 1
         llm(prompts, max_tokens=budget, temperature=0.0, logits_processor=[force])
         assert holes, "the measurement made no holes"
         llm.reset()

@@ -64,7 +64,7 @@ def test_corpus_grammars_generate_output_that_validates(tree, llm):
         llm.reset()
         out = llm(
             f"A JSON value for the schema {text.strip()[:200]}:\n",
-            max_tokens=96,
+            max_tokens=64,
             grammar=grammar,
             temperature=0.7,
             seed=1,
