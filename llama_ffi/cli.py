@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 
 from llama_ffi.high import sampling_fields
 
@@ -180,6 +181,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from llama_ffi.server import cli as server_cli
 
     return server_cli.run(args, _serving)
+
+
+def serve_app(flags: Sequence[str]):
+    """The ASGI app of ``llama-ffi serve FLAGS``, its model loaded (each Ray Serve replica builds
+    its own with it)."""
+    from llama_ffi.server import cli as server_cli
+
+    args = build_parser().parse_args(["serve", *flags])
+    args.argv = list(flags)
+    return server_cli.create(args, _serving, load_now=True)
 
 
 def _serving(args: argparse.Namespace):

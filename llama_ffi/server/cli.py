@@ -98,6 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="load a model only on POST /models/load (default: when a request names it)",
     )
+    ray = parser.add_argument_group("replicas on Ray Serve (pip install 'llama-ffi[ray]')")
+    ray.add_argument("--ray", action="store_true", help="serve replicas of this server on a Ray cluster (RAY_ADDRESS)")
+    ray.add_argument("--replicas", default="1", help="how many (a number, or auto: Serve's autoscaling)")
     g.add_argument(
         "--sleep-idle-seconds",
         type=float,
@@ -172,30 +175,28 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
     try:
         import uvicorn
 
-        from llama_ffi.server.api import create_app
+        import llama_ffi.server.api  # noqa: F401 - FastAPI and pydantic, the extra's other two
     except ImportError as error:
         print(
             f"llama-ffi: error: the server needs its extra: pip install 'llama-ffi[server]' ({error})", file=sys.stderr
         )
         return 2
-    keys = api_keys(args)
-    if not keys and not all(_loopback(h.strip()) for h in args.host.split(",")):
+    if not api_keys(args) and not all(_loopback(h.strip()) for h in args.host.split(",")):
         print(
             f"llama-ffi: warning: serving on {args.host} without an API key: anyone who can reach it can "
             "use the model (--api-key)",
             file=sys.stderr,
         )
-    if router_mode(args):
-        app = _router_app(args, serving, keys)
-        served = None
-    else:
+    if args.ray:
+        from llama_ffi.server import replicas
 
-        def failed():  # llama-server exits when its model does not load
-            server.should_exit = True
+        return replicas.run(args)
 
-        load, options = prepare(args, *serving(args), failed)
-        app = create_app(load, options, owns_llm=True)
-        served = app.state.served
+    def failed():  # llama-server exits when its model does not load
+        server.should_exit = True
+
+    app = create(args, serving, failed)
+    served = getattr(app.state, "served", None)  # router mode has none of its own
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -211,6 +212,17 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
         print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
         return 1
     return 0 if server.started else 1
+
+
+def create(args: argparse.Namespace, serving, failed: Callable[[], None] | None = None, load_now: bool = False):
+    """The app these flags make: router mode's, or one model's (loaded at once with ``load_now``,
+    else in a thread while /health says 503)."""
+    from llama_ffi.server.api import create_app
+
+    if router_mode(args):
+        return _router_app(args, serving, api_keys(args))
+    load, options = prepare(args, *serving(args), failed)
+    return create_app(load, options, load_now=load_now, owns_llm=True)
 
 
 def router_mode(args: argparse.Namespace) -> bool:
