@@ -205,6 +205,9 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
         access_log=False,
         timeout_graceful_shutdown=args.timeout_graceful_shutdown,
         lifespan="on",
+        # h11 sends header names as the app spells them, as llama-server does (clients that compare
+        # them by case exist); uvicorn would pick httptools, which lowercases them, where installed
+        http="h11",
     )
     server = _server_class()(config)
     server.run(sockets=_sockets(args.host, args.port) if "," in args.host else None)
