@@ -33,6 +33,9 @@ GAPS = {
         "(healed arguments); here a call cut short stays text"
     ),
     # not built
+    "unit/test_router.py::test_router_delete_model": (
+        "router mode lists local models only: downloads into the cache (POST /models) and DELETE /models are not built"
+    ),
     "unit/test_compat_gcp.py::test_gcp_predict_camel_case": VERTEX,
     "unit/test_compat_gcp.py::test_gcp_predict_multiple_instances": VERTEX,
     # server-side tools, MCP servers and the web UI's proxy run in router mode (issue 39)
@@ -80,6 +83,6 @@ def test_what_llama_server_passes_passes_here(tmp_path):
 
 @pytest.mark.conformance
 def test_the_whole_suite(tmp_path):
-    """Every file but router mode's and sleeping's; one pytest run at a time (generation-heavy files
+    """Every file; one pytest run at a time (generation-heavy files
     slow two servers that each spin their threads)."""
     check(ALL_FILES, tmp_path, jobs=1, floor=0.80)

@@ -12,6 +12,7 @@ import os
 import sys
 
 MODEL_FLAGS = {"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url"}
+OWN_MODELS = {"-m", "--model", "--models-dir", "--models-preset"}
 
 
 def translate(argv: list[str], standins: dict) -> list[str]:
@@ -33,7 +34,18 @@ def translate(argv: list[str], standins: dict) -> list[str]:
         key = f"{repo}/{file}" if file else repo
         model, mmproj = standins.get(key) or standins.get(repo) or standins["*"]
         out += ["-m", model] + (["--mmproj", mmproj] if mmproj else [])
+    elif standins.get("router") and not OWN_MODELS & set(out):
+        out += ["--models-preset", preset(standins["router"])]
     return out
+
+
+def preset(models: dict) -> str:
+    """An INI preset of ``models`` (id -> path), written beside the tests' model cache."""
+    path = os.path.join(os.environ.get("LLAMA_CACHE") or os.getcwd(), "standins.ini")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"[{model_id}]\nmodel = {model}\n\n" for model_id, model in models.items())
+    return path
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import asyncio
 import collections
 import enum
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -75,6 +76,9 @@ class Fleet:
         self.build, self.free, self.models_max, self.autoload = build, free, models_max, autoload
         self.queue: collections.deque[ModelHost] = collections.deque()  # models waiting for a place
         self.changed = asyncio.Condition()
+        # llama-server's test hook: each load, and each request while it counts as in flight, takes
+        # 2 s more, so that its router tests can see a busy model and a queue
+        self.slow = 2.0 if os.environ.get("LLAMA_SERVER_DEBUG_FAKE_TIMING") else 0.0
         self.update(entries)
 
     def update(self, entries: list[ModelEntry]) -> None:
@@ -116,7 +120,13 @@ class Fleet:
                     self.changed.notify_all()
             host.in_flight += 1
             host.last_used = time.monotonic()
-            return host.app
+        if self.slow:
+            try:
+                await asyncio.sleep(self.slow)
+            except BaseException:
+                await self.release(host)
+                raise
+        return host.app
 
     async def release(self, host: ModelHost) -> None:
         async with self.changed:
@@ -183,6 +193,7 @@ class Fleet:
         host.loads += 1
         self.changed.release()
         try:
+            await asyncio.sleep(self.slow)
             app = await run_in_threadpool(self.build, host.entry)
             error = None
         except Exception as exc:  # noqa: BLE001 - its own requests get it; the other models go on
