@@ -21,12 +21,12 @@ from llama_ffi.high import Llama
 from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
 
 pytestmark = pytest.mark.ray
-pytest.importorskip("ray.serve")
 
 PROMPTS = [f"Question {i}: name a city in country number {i}. Answer:" for i in range(6)]
 
 
 def test_two_replicas_share_concurrent_requests_and_answer_as_the_model(smollm2_path):
+    pytest.importorskip("ray.serve")  # here, not at collection: the default run never imports Ray
     port = free_port()
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # a local cluster of its own, started and stopped by the server
