@@ -254,7 +254,7 @@ def prepare(
         sampling=sampling_fields.from_flags(args),
         n_predict=args.n_predict,
         tags=tuple(t for t in (args.tags or "").split(",") if t),
-        cors_origins=tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else ("*",),
+        cors_origins=_cors_origins(args),
         api_prefix=args.api_prefix.rstrip("/"),
         reasoning=args.reasoning,
         reasoning_format=args.reasoning_format,
@@ -311,16 +311,18 @@ def _router_app(args: argparse.Namespace, serving, keys: list[str]):
     def free(app) -> None:
         app.state.served.llm.close()
 
-    if args.models_max < 0:
-        raise ValueError(f"--models-max must be >= 0, got {args.models_max}")
     fleet = router.Fleet(entries(), build, free, args.models_max, args.models_autoload)
     options = router.RouterOptions(
         api_keys=tuple(keys),
-        cors_origins=tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else ("*",),
+        cors_origins=_cors_origins(args),
         api_prefix=args.api_prefix.rstrip("/"),
         sleep_idle_seconds=args.sleep_idle_seconds,
     )
     return router.create_router_app(fleet, options, entries)
+
+
+def _cors_origins(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else ("*",)
 
 
 def _server_class():

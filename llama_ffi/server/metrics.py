@@ -55,6 +55,7 @@ class Metrics:
         d = [a - b for a, b in zip(now, self.window)]
         self.window = now
         processing = status.processing
+        waiting = max(in_flight - processing, status.waiting)
         steps = stats.prompt_steps + stats.generation_steps + stats.embedding_decodes
         counters = [
             (
@@ -89,7 +90,7 @@ class Metrics:
                 d[2] / d[3] if d[3] > 0 else 0.0,
             ),
             ("requests_processing", "Number of requests processing", processing),
-            ("requests_deferred", "Number of requests deferred", max(in_flight - processing, status.waiting)),
+            ("requests_deferred", "Number of requests deferred", waiting),
             (
                 "n_busy_slots_per_decode",
                 "Average number of busy slots per decode step",
@@ -104,15 +105,14 @@ class Metrics:
                     f"# TYPE llamacpp:{name} {kind}",
                     f"llamacpp:{name} {value}",
                 ]
-        return "\n".join(lines + _vllm(status, in_flight, n_ctx, model, loras, self.since)) + "\n"
+        return "\n".join(lines + _vllm(status, waiting, n_ctx, model, loras, self.since)) + "\n"
 
 
 def _sum(a: EngineStats, b: EngineStats) -> EngineStats:
     return EngineStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(EngineStats)})
 
 
-def _vllm(status, in_flight: int, n_ctx: int, model: str, loras: Sequence[str], since: float) -> list[str]:
-    waiting = max(in_flight - status.processing, status.waiting)
+def _vllm(status, waiting: int, n_ctx: int, model: str, loras: Sequence[str], since: float) -> list[str]:
     used = sum(s.cached_tokens for s in status.slots) / max(1, n_ctx)
     label = f'model_name="{_quoted(model)}"'
     gauges = [

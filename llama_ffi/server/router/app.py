@@ -47,7 +47,6 @@ def create_router_app(fleet: Fleet, options: RouterOptions, reread: Callable[[],
             await fleet.unload(host)
 
     app = FastAPI(title="llama-ffi router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.fleet = fleet
     errors.install(app)
     if options.api_keys:
         app.add_middleware(Gate, keys=options.api_keys)
