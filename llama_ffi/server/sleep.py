@@ -60,20 +60,18 @@ class Sleeper:
                         await self._sleep()
 
     async def _sleep(self) -> None:
-        answers = {}
-        for path in REMEMBERED:
-            status, headers, body = await _call(self.app, path)
-            if path == "/props" and status == 200:
-                props = json.loads(body)
-                props["is_sleeping"] = True
-                body = json.dumps(props).encode()
-                headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-                headers.append((b"content-length", str(len(body)).encode()))
-            answers[path] = (status, headers, body)
+        answers = {path: await _call(self.app, path) for path in REMEMBERED}
         self.asleep = answers
         self.served.metrics.retire(self.served.llm)
         llm, self.served.llm = self.served.llm, None
         await run_in_threadpool(llm.close)
+        status, headers, body = answers["/props"]
+        if status == 200:  # it says it sleeps once its memory is back
+            props = json.loads(body)
+            props["is_sleeping"] = True
+            body = json.dumps(props).encode()
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+            answers["/props"] = (status, [*headers, (b"content-length", str(len(body)).encode())], body)
 
     async def _wake(self) -> None:
         llm = await run_in_threadpool(self.load)

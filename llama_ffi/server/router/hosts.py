@@ -205,12 +205,14 @@ class Fleet:
         self.changed.notify_all()
 
     async def _unload(self, host: ModelHost, state: State) -> None:
-        app, host.app, host.state = host.app, None, state
-        self.changed.release()
+        """Free ``host``'s model holding the lock (a close is quick once no request runs): its state
+        says unloaded or sleeping only once the memory is back, and no request loads it again while
+        the old copy is being freed."""
+        app, host.app = host.app, None
         try:
             await run_in_threadpool(self.free, app)
         finally:
-            await self.changed.acquire()
+            host.state = state
             self.changed.notify_all()
 
     async def sleep_idle(self, seconds: float) -> None:
