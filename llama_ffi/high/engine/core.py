@@ -56,6 +56,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._exclusive = 0  # single-sequence callers waiting for the context
+        self._turns = 0  # loop passes so far: a single-sequence caller waits for the next one
 
     @property
     def stats(self) -> EngineStats:
@@ -91,6 +92,9 @@ class Engine:
         if wait and threading.current_thread() is not self._thread:
             request.reaped.wait()
 
+    def _loop_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
@@ -110,6 +114,7 @@ class Engine:
         """The context between two steps, for single-sequence work: ``main`` makes the main slot an
         idle one (see ``SlotTable.idle_main``), ``idle`` waits until no request runs, ``spare``
         until some slot is idle (work in sequences of its own, such as embeddings)."""
+        settled = False  # no loop runs: nothing will change, take the context as it is
         while True:
             with self._cond:
                 self._exclusive += 1
@@ -118,12 +123,17 @@ class Engine:
             finally:
                 with self._cond:
                     self._exclusive -= 1
-            if not (idle and self.busy()) and (not main or self.slots.idle_main()) and (not spare or self.slots.idle()):
+                    seen = self._turns
+            if settled or (
+                not (idle and self.busy()) and (not main or self.slots.idle_main()) and (not spare or self.slots.idle())
+            ):
                 break
             self.lock.release()
-            with self._cond:
+            with self._cond:  # only a turn of the loop ends requests: wait for the next one
                 self._cond.notify_all()
-                self._cond.wait(0.05)  # until a request ends (the loop notifies at each turn)
+                while self._turns == seen and self._loop_alive():
+                    self._cond.wait()
+                settled = not self._loop_alive()
         if main:  # compute under what the main sequence's cache was computed under
             slot = self.slots.main
             selection = slot.selection if slot.tokens and slot.selection is not None else self.adapters.default
@@ -163,6 +173,8 @@ class Engine:
     def _next_turn(self) -> bool:
         """Wait until a turn has something to do; False when closed with nothing left."""
         with self._cond:
+            self._turns += 1
+            self._cond.notify_all()  # single-sequence callers waiting for the end of a turn
             while True:
                 self.work.waiting.extend(g for r in self._incoming for g in r.groups)
                 self._incoming.clear()
