@@ -177,3 +177,34 @@ def test_a_stream_keeps_its_hidden_states_while_other_requests_run(bigram_model)
         stats = mtp.last_speculative_stats
         # the requests in between ran in other sequences: every draft of the stream is accepted
         assert stats.accepted_tokens == stats.drafted_tokens > 0 and stats.rollbacks == 0
+
+
+def test_a_draft_file_names_its_engine_as_llama_cpp_reads_it(bigram_model, tmp_path, tiny_model_path):
+    """Without --spec-type, llama.cpp takes a draft with a NextN block for MTP (and so does the
+    router, for the mtp-*.gguf beside a model in --models-dir)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from llama_ffi.high.speculative.config import type_from_file
+    from llama_ffi.server.router.catalog import from_models_dir
+
+    external = write_gguf(tmp_path / "mtp-only.gguf", TinyMtpConfig(bigram=True), mtp_only=True)
+    assert type_from_file(external) is type_from_file(bigram_model) is SpeculativeType.DRAFT_MTP
+    assert type_from_file(tiny_model_path) is None and type_from_file(tmp_path / "none.gguf") is None
+    command = [sys.executable, "-m", "llama_ffi", "complete", "1 2 3", "-m", str(bigram_model), "-md", str(external)]
+    out = subprocess.run(
+        [*command, "-n", "16", "--temp", "0"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and "speculative DRAFT_MTP: 16 tokens" in out.stderr, out.stderr
+
+    folder = tmp_path / "models" / "glm"
+    folder.mkdir(parents=True)
+    (folder / "model.gguf").symlink_to(bigram_model)
+    (folder / "mtp-model.gguf").symlink_to(external)
+    (entry,) = from_models_dir(folder.parent)
+    assert entry.flags == ("--model", str(folder / "model.gguf"), "--model-draft", str(folder / "mtp-model.gguf"))

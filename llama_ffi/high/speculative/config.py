@@ -121,3 +121,25 @@ class SpecConfig:
             path = Path(self.draft_model_path)
             if not path.is_file():
                 raise FileNotFoundError(f"draft model not found: {path}")
+
+
+def type_from_file(path: str | os.PathLike) -> SpeculativeType | None:
+    """The speculative type a draft GGUF implies, by llama.cpp's rule when ``--spec-type`` is left
+    out (``common_speculative_types_from_gguf``): DFlash / DSpark by architecture, MTP where the
+    last layer holds a NextN block; None for an ordinary draft model or an unreadable file."""
+    from llama_ffi.high.validate import open_header  # reads the header through ggml, no tensor data
+
+    with open_header(Path(path)) as header:
+        if header is None:
+            return None
+        arch = header.string("general.architecture")
+        if arch is None:
+            return None
+        if arch == "dflash":
+            markov = any(name == "markov_w1.weight" for name, _, _ in header.tensors())
+            return SpeculativeType.DRAFT_DSPARK if markov else SpeculativeType.DRAFT_DFLASH
+        layers = header.integer(f"{arch}.block_count")
+        if layers is None or layers < 1:
+            return None
+        nextn = f"blk.{layers - 1}.nextn.eh_proj.weight"
+        return SpeculativeType.DRAFT_MTP if any(name == nextn for name, _, _ in header.tensors()) else None

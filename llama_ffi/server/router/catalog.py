@@ -45,7 +45,7 @@ def from_models_dir(directory: str | Path) -> list[ModelEntry]:
             if mmproj is not None:
                 flags += ["--mmproj", str(mmproj)]
             if draft is not None:
-                flags += ["--model-draft", str(draft), "--spec-type", "draft-simple"]
+                flags += ["--model-draft", str(draft)]  # its type is read from the file at load
             out.append(ModelEntry(entry.name, tuple(flags), "models_dir"))
         elif entry.is_file() and entry.name.endswith(".gguf") and not _companion(entry.name):
             out.append(ModelEntry(entry.name[: -len(".gguf")], ("--model", str(entry)), "models_dir"))
