@@ -31,6 +31,7 @@ from tools.vendor import Tree, materialise  # noqa: E402
 
 HEADERS_DIR = REPO_ROOT / "headers"
 MODULE_NAME = "llama_ffi._lib"
+ABI3_MODULE_FILE = "_lib.abi3.so"
 
 # The hand-written glue (glue/llama_ffi_glue.c) as cffi sees it: the Python callbacks llama.cpp
 # calls back into, the abort callback that polls a context's flag between graph nodes without
@@ -188,7 +189,11 @@ def compile_module(tree: Tree, lib_dir: Path, tmpdir: Path) -> Path:
     exported = set(exported_functions(libraries_in(lib_dir)))
     check_staging_symbols(exported)
     ffi = make_builder(bindings, tree, lib_dir, exported)
-    module = Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
+    built = Path(ffi.compile(tmpdir=str(tmpdir), verbose=False))
+    # cffi names the file for this interpreter; its code uses only the limited API (cffi defines
+    # Py_LIMITED_API), so it is named as such and every CPython from 3.9 imports the one file.
+    module = built.with_name(ABI3_MODULE_FILE)
+    os.replace(built, module)
     bound = [d for d in bindings.declarations if d.kind != "function" or d.name in exported]
     enumerators = sorted(_enumerator_names(d.node for d in bindings.declarations if d.kind in (TAG, TYPEDEF)))
     ints = enumerators + [c.name for c in bindings.constants if c.kind == "int"]

@@ -28,6 +28,9 @@ class BuildLlamaFFI(build_ext):
         module = build_ffi.compile_module(tree, lib_dir, Path(self.build_temp).resolve() / "cffi")
         for package_dir in {Path(self.get_ext_fullpath(ext.name)).parent, ROOT / "llama_ffi"}:
             copy_libraries(lib_dir, package_dir / "lib")
+            for stale in package_dir.glob("_lib.*.so"):  # one built for one CPython would shadow abi3's
+                if stale.name != module.name:
+                    stale.unlink()
             for built in (module, module.with_name("_lib.pyi")):
                 target = package_dir / built.name
                 if target.resolve() != built.resolve():
@@ -35,7 +38,10 @@ class BuildLlamaFFI(build_ext):
 
 
 setup(
-    ext_modules=[Extension("llama_ffi._lib", sources=[])],
+    # The module uses only CPython's stable ABI (cffi's C code defines Py_LIMITED_API): one build,
+    # and one wheel tagged cp39-abi3, serves every CPython from 3.9 on.
+    ext_modules=[Extension("llama_ffi._lib", sources=[], py_limited_api=True)],
+    options={"bdist_wheel": {"py_limited_api": "cp39"}},
     cmdclass={"build_ext": BuildLlamaFFI},
     package_data={"llama_ffi": ["lib/*.so", "lib/*.dylib", "py.typed", "*.pyi"]},
 )

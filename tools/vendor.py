@@ -25,8 +25,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import tomllib
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # a source build on CPython 3.9 or 3.10 (the build requirements bring tomli there)
+    import tomli as tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PIN = REPO_ROOT / "vendor" / "llama.cpp.toml"

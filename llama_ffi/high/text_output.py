@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass
 class Event:
     """One generated token: its id, the text it releases (may be ""), and its logprob data."""
 

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from pydantic import StrictBool, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 
+from llama_ffi._backports import aclosing
 from llama_ffi.high import completion
 from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.high.engine import results
@@ -344,7 +345,7 @@ async def _events(llm, call_, body: NativeRequest, model: str, clock: Clock):
     produced: dict[int, int] = {}
     n_prompt = {c.index: len(g.prompt) for g in call_.request.groups for c in g.choices}
     try:
-        async with contextlib.aclosing(results.aitems(call_)) as items:
+        async with aclosing(results.aitems(call_)) as items:
             async for item in items:
                 if isinstance(item, PromptProgress):  # before the first token: the clock does not start
                     out = {"index": 0, "content": "", "tokens": [], "stop": False, "prompt_progress": item.as_dict()}

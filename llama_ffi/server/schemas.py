@@ -4,7 +4,7 @@ neither knows are ignored, as llama-server ignores them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
     BaseModel,
@@ -21,7 +21,7 @@ from pydantic import (
 from llama_ffi.high.sampling_fields import FIELDS, SamplingField
 
 TokenList = list[StrictInt]
-Prompt = StrictStr | TokenList | list[StrictStr] | list[TokenList]
+Prompt = Union[StrictStr, TokenList, list[StrictStr], list[TokenList]]  # noqa: UP007 - evaluated at import, on 3.9 too
 NonNegative = Annotated[float, Field(ge=0)]
 
 
@@ -49,7 +49,7 @@ class LoraScales(RootModel[list[LoraChoice]]):
 def _knob(field: SamplingField):
     # no bounds here: llama-server clamps some values (params.generation_kwargs) and the library
     # refuses the rest by name
-    return (StrictInt | None if field.kind is int else float | None), None
+    return (Optional[StrictInt] if field.kind is int else Optional[float]), None  # noqa: UP045 - evaluated
 
 
 # The sampling parameters (``sampling_fields``), under llama-server's keys.

@@ -3,13 +3,13 @@ the ChatML fallback) → the completion engine → OpenAI ``chat.completion`` sh
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from llama_ffi import ffi, lib
+from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
 from llama_ffi.high.chat import media_parts
 from llama_ffi.high.chat import tools as tool_calls
@@ -297,7 +297,7 @@ class ChatPlan:
 
     async def _adeltas(self, result) -> AsyncIterator[dict]:
         started: dict = {}
-        async with contextlib.aclosing(result):  # closed with this stream: the completion's slot is freed
+        async with aclosing(result):  # closed with this stream: the completion's slot is freed
             async for c in result:
                 for chunk in self._deltas(c, started):
                     yield chunk

@@ -7,11 +7,11 @@ choice's text; the last chunk of every choice has its ``finish_reason``, the ver
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 
+from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
 from llama_ffi.high.engine.choices import build_groups
 from llama_ffi.high.engine.progress import PromptProgress
@@ -194,7 +194,7 @@ async def _achunks(call: Call) -> AsyncIterator[dict]:
     for chunk in call.echo_chunks():
         yield chunk
     left = len(call.choices)
-    async with contextlib.aclosing(aitems(call)) as request_items:  # closed with this stream: the slot is freed
+    async with aclosing(aitems(call)) as request_items:  # closed with this stream: the slot is freed
         async for item in request_items:
             left -= _ends_a_choice(item)
             if call.shows(item):
