@@ -315,7 +315,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="cache tensors sent by clients on disk (default DIR: llama.cpp's rpc cache)",
     )
     server.set_defaults(func=cmd_rpc_server)
+    devices = sub.add_parser("devices", help="the devices ggml sees, as llama.cpp's --list-devices shows them")
+    devices.set_defaults(func=cmd_devices)
     return ap
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """Each device by the name ``--device`` / ``Llama(device=...)`` takes, then its backend,
+    description, type and memory (llama.cpp's ``--list-devices`` lines, with the backend)."""
+    import llama_ffi
+
+    for d in llama_ffi.build_info()["devices"]:
+        mib = 1024 * 1024
+        memory = f"{d['memory_total'] // mib} MiB, {d['memory_free'] // mib} MiB free" if d["memory_total"] else ""
+        print(f"{d['name']}: {d['description']} ({d['backend']}, {d['type']}{', ' + memory if memory else ''})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,3 +104,12 @@ def test_cli_engine_names_are_the_implemented_types():
 
     # plus llama-server's spellings: "none", and "draft-simple" for the draft model engine
     assert set(SPEC_TYPES) - {"none", "draft-simple"} == {t.value for t in IMPLEMENTED - {SpeculativeType.NONE}}
+
+
+def test_devices_lists_what_ggml_sees():
+    import llama_ffi
+
+    out = run("devices")
+    assert out.returncode == 0, out.stderr
+    names = [line.split(":")[0] for line in out.stdout.splitlines()]
+    assert names == [d["name"] for d in llama_ffi.build_info()["devices"]] and "CPU" in names

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -236,12 +237,28 @@ def test_the_wheel_is_abi3_and_needs_nothing_newer_than_glibc_2_28(wheel, tmp_pa
     too_new = {n: max(v) for n, v in needed.items() if v and max(v) > OLDEST_GLIBC}
     assert not too_new, too_new
     assert len(libraries) >= 10 and all(needed.values()), needed  # every library was read
+    # auditwheel show, told of glibc's libraries only: the Vulkan loader the Vulkan module links is
+    # the user's system's (never grafted), so its own needs are not the wheel's.
+    glibc_only = tmp_path / "glibc"
+    glibc_only.mkdir()
+    for name in ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "ld-linux-x86-64.so.2"):
+        found = next(
+            (Path(d) / name for d in ("/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64") if (Path(d) / name).exists()),
+            None,
+        )
+        if found is not None:
+            (glibc_only / name).symlink_to(found)
     show = subprocess.run(
-        [sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "auditwheel", "show", "--json", "--ldpaths", str(glibc_only), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert show.returncode == 0, show.stderr
-    platform = re.search(r'"manylinux_(\d+)_(\d+)_x86_64"', show.stdout.replace("\n", " "))
-    assert platform and (int(platform[1]), int(platform[2])) <= OLDEST_GLIBC, show.stdout
+    report = json.loads(show.stdout)
+    platform = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", report["sym_tag"])
+    assert platform and (int(platform[1]), int(platform[2])) <= OLDEST_GLIBC, report["sym_tag"]
+    assert set(report["external_libs"]) <= {"libvulkan.so.1"}, report["external_libs"]
 
 
 def _python(version: str) -> Path:
@@ -292,3 +309,109 @@ def test_the_one_wheel_runs_on_each_cpython(wheel, version, tmp_path, smollm2_pa
     vector = np.asarray(got["embedding"])
     assert vector.shape == want.shape and np.isfinite(vector).all()
     assert float(vector @ want / (np.linalg.norm(vector) * np.linalg.norm(want))) > 0.999
+
+
+# ---- the Vulkan module ------------------------------------------------------------------------
+LAVAPIPE_ICDS = ("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json", "/usr/share/vulkan/icd.d/lvp_icd.json")
+
+_ON_VULKAN = """
+import json, logging, sys
+import numpy as np
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record.getMessage())
+logging.getLogger("llama_ffi").addHandler(Keep())
+logging.getLogger("llama_ffi").setLevel(logging.INFO)
+import llama_ffi
+from llama_ffi import Llama
+devices = [d for d in llama_ffi.build_info()["devices"] if d["backend"] == "Vulkan"]
+llm = Llama(sys.argv[1], n_ctx=256, n_gpu_layers=-1, progress=False)
+text = llm.create_completion({prompt!r}, max_tokens={n}, temperature=0.0)["choices"][0]["text"]
+sys.path.insert(0, {tests!r})
+from llama_ffi.near_tie import stepwise_logits
+np.save("logits.npy", stepwise_logits(llm))
+layers = [m for m in records if "offloaded " in m and "layers to GPU" in m]
+print(json.dumps({{"devices": devices, "text": text, "layers": layers}}))
+"""
+
+
+def test_the_vulkan_module_offloads_every_layer_on_mesas_software_device(wheel, venv, tmp_path, smollm2_path):
+    from llama_ffi.high import Llama
+
+    assert "llama_ffi/lib/libggml-vulkan.so" in zipfile.ZipFile(wheel).namelist()
+    icd = next((p for p in LAVAPIPE_ICDS if Path(p).is_file()), None)
+    if icd is None:
+        pytest.skip("no Vulkan device to run on: apt-get install mesa-vulkan-drivers (lavapipe)")
+    code = _ON_VULKAN.format(prompt=PROMPT, n=N_TOKENS, tests=str(Path(__file__).resolve().parent))
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code, str(smollm2_path)],
+        cwd=tmp_path,
+        # ggml hides CPU-type Vulkan devices (lavapipe) unless they are named
+        env=isolated_env(venv, GGML_VK_VISIBLE_DEVICES="0", VK_ICD_FILENAMES=icd),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads(proc.stdout.strip().splitlines()[-1])
+    (device,) = run["devices"]
+    assert device["name"] == "Vulkan0" and "llvmpipe" in device["description"], device
+    (line,) = run["layers"]
+    done, total = line.split("offloaded ")[1].split(" layers")[0].split("/")
+    assert int(done) == int(total) > 0, line
+    listed = subprocess.run(
+        [str(venv / "bin" / "llama-ffi"), "devices"],
+        env=isolated_env(venv, GGML_VK_VISIBLE_DEVICES="0", VK_ICD_FILENAMES=icd),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert listed.stdout.startswith("Vulkan0: llvmpipe") or "\nVulkan0: llvmpipe" in listed.stdout, listed
+    with Llama(str(smollm2_path), n_ctx=256, progress=False) as llm:
+        limit = bound_across(llm, np.load(tmp_path / "logits.npy"))
+        assert_same_or_near_tie(llm, PROMPT, run["text"], N_TOKENS, limit=limit)
+
+
+_ON_CPU = (
+    "import json, llama_ffi; from llama_ffi import Llama; from llama_ffi.registry import fetch;"
+    "llm = Llama(str(fetch()), n_ctx=128, progress=False);"
+    "out = llm('The capital of France is', max_tokens=4, temperature=0);"
+    "print(json.dumps([llama_ffi.build_info()['backends'], out['choices'][0]['text']]))"
+)
+
+
+def test_without_a_vulkan_loader_the_wheel_runs_on_the_cpu_and_prints_nothing(venv, tmp_path):
+    """The loader hidden (an empty file bound over it in a private mount namespace): ggml cannot
+    open the Vulkan module, skips it, and the CPU runs the completion."""
+    unshare = shutil.which("unshare")
+    loaders = sorted({str(Path(p).resolve()) for p in Path("/").glob("usr/lib*/**/libvulkan.so.1")})
+    if unshare is None or not loaders:
+        pytest.skip("needs unshare(1) and a Vulkan loader to hide")
+    mount = shutil.which("mount") or "/bin/mount"
+    hide = " && ".join(f"{mount} --bind /dev/null {shlex.quote(p)}" for p in loaders)
+    code = _ON_CPU
+    inner = f"{hide} && exec {shlex.quote(str(venv / 'bin' / 'python'))} -c {shlex.quote(code)}"
+    proc = subprocess.run(
+        [unshare, "-m", "--propagation", "private", "/bin/sh", "-c", inner],
+        cwd=tmp_path,
+        env=isolated_env(venv),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0 and "unshare" in proc.stderr and "Operation not permitted" in proc.stderr:
+        pytest.skip(f"no private mount namespace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    backends, text = json.loads(proc.stdout)
+    assert "Vulkan" not in backends and "CPU" in backends and text.strip()
+
+
+def test_with_a_vulkan_loader_but_no_driver_the_wheel_runs_on_the_cpu_and_exits_cleanly(venv, tmp_path):
+    """The loader finds no driver: Vulkan's instance fails, ggml unloads the module (whose static
+    destructors must not outlive it: a crash at exit), and the CPU runs the completion."""
+    proc = run_in_venv(venv, _ON_CPU, tmp_path, VK_ICD_FILENAMES=str(tmp_path / "no-driver.json"))
+    assert (proc.returncode, proc.stderr) == (0, ""), (proc.returncode, proc.stderr)
+    backends, text = json.loads(proc.stdout)
+    assert "Vulkan" not in backends and "CPU" in backends and text.strip()

@@ -105,7 +105,7 @@ def native_build_dir(glibc: str) -> Path:
     return STAGE / ("llama.cpp" if glibc == SYSTEM_GLIBC else f"llama.cpp-glibc{glibc}")
 
 
-def build_env(glibc: str, vulkan: bool) -> dict[str, str]:
+def build_env(glibc: str, vulkan: bool, vulkan_headers: str | None = None) -> dict[str, str]:
     env = dict(os.environ, LLAMA_FFI_PORTABLE="1", LLAMA_FFI_BUILD_DIR=str(native_build_dir(glibc)))
     args = []
     if glibc != SYSTEM_GLIBC:
@@ -114,13 +114,15 @@ def build_env(glibc: str, vulkan: bool) -> dict[str, str]:
         env.update(zig_toolchain.compiler_env(wrappers), LLAMA_FFI_PREPROCESSOR=host or "cc")
         args += zig_toolchain.cmake_args(wrappers)
     if vulkan:
-        args += vulkan_sdk.stage(STAGE / "vulkan-sdk")
+        args += vulkan_sdk.stage(STAGE / "vulkan-sdk", vulkan_headers)
     env["CMAKE_ARGS"] = shlex.join(args) + " " + os.environ.get("CMAKE_ARGS", "")
     return env
 
 
-def build_plain_wheel(sources: Path, into: Path, jobs: int | None, glibc: str, vulkan: bool) -> Path:
-    env = build_env(glibc, vulkan)
+def build_plain_wheel(
+    sources: Path, into: Path, jobs: int | None, glibc: str, vulkan: bool, vulkan_headers: str | None
+) -> Path:
+    env = build_env(glibc, vulkan, vulkan_headers)
     if jobs:
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
     _run(
@@ -155,13 +157,17 @@ def repair(wheel: Path, into: Path) -> Path:
 
 
 def build_wheel(
-    out_dir: Path, jobs: int | None = None, glibc: str = zig_toolchain.DEFAULT_GLIBC, vulkan: bool = True
+    out_dir: Path,
+    jobs: int | None = None,
+    glibc: str = zig_toolchain.DEFAULT_GLIBC,
+    vulkan: bool = True,
+    vulkan_headers: str | None = None,
 ) -> Path:
     """The portable wheel, alone among llama-ffi wheels in ``out_dir``."""
     install_build_requirements()
     sources = stage_sources()
     with tempfile.TemporaryDirectory(prefix="llama-ffi-wheel-") as tmp:
-        plain = build_plain_wheel(sources, Path(tmp) / "plain", jobs, glibc, vulkan)
+        plain = build_plain_wheel(sources, Path(tmp) / "plain", jobs, glibc, vulkan, vulkan_headers)
         repaired = repair(plain, Path(tmp) / "repaired")
         out_dir.mkdir(parents=True, exist_ok=True)
         for old in out_dir.glob("llama_ffi-*.whl"):
@@ -180,10 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         f"'{SYSTEM_GLIBC}': this machine's compiler and glibc",
     )
     ap.add_argument("--no-vulkan", dest="vulkan", action="store_false", help="leave the Vulkan module out")
+    ap.add_argument(
+        "--vulkan-headers",
+        metavar="DIR",
+        help="folder with vulkan/ and vk_video/ headers >= 1.3.261 (default: $VULKAN_SDK/include, else /usr/include)",
+    )
     args = ap.parse_args(argv)
     started = time.monotonic()
     try:
-        wheel = build_wheel(args.out_dir.resolve(), args.jobs, args.glibc, args.vulkan)
+        wheel = build_wheel(args.out_dir.resolve(), args.jobs, args.glibc, args.vulkan, args.vulkan_headers)
     except (WheelError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -57,7 +57,11 @@ def write_wrappers(folder: Path, glibc: str = DEFAULT_GLIBC) -> dict[str, Path]:
 # Zig's linker writes no GNU build ID unless asked (the import guard identifies libllama by it, as
 # auditwheel rewrites the run paths); its static libc++ brings debug sections (5x the size); and it
 # writes DT_RUNPATH, which LD_LIBRARY_PATH overrides: DT_RPATH keeps the wheel on its own libraries.
-LINK_FLAGS = "-Wl,--build-id=sha1 -Wl,--strip-debug -Wl,--disable-new-dtags"
+# Nor does it link the start files whose destructor calls __cxa_finalize, so a library unloaded
+# with dlclose leaves its C++ static destructors registered, and the process crashes at exit (the
+# Vulkan module, when the loader finds no driver, registers some and ggml unloads it): -z nodelete
+# keeps every library mapped once loaded.
+LINK_FLAGS = "-Wl,--build-id=sha1 -Wl,--strip-debug -Wl,--disable-new-dtags -Wl,-z,nodelete"
 
 
 def cmake_args(wrappers: dict[str, Path]) -> list[str]:
