@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from llama_ffi.high import sampling_fields
+from llama_ffi.high.request_fields import MAX_TOKENS
 
 
 def _model_path(args: argparse.Namespace) -> str:
@@ -279,13 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--spec-draft-n-max", type=int, help="longest draft of a draft model (default: 3)")
     complete = sub.add_parser("complete", parents=[common], help="stream a text completion")
     complete.add_argument("prompt")
-    complete.add_argument("-n", "--n-predict", type=int, default=128, help="max tokens (-1: until full)")
+    complete.add_argument(*MAX_TOKENS.flags, type=int, default=128, help=f"{MAX_TOKENS.help} (-1: until full)")
     complete.add_argument("--stop", action="append", help="stop string (repeatable)")
     complete.add_argument("--image", action="append", metavar="FILE", help="an image (repeatable; needs --mmproj)")
     complete.add_argument("--audio", action="append", metavar="FILE", help="a WAV/MP3/FLAC file (needs --mmproj)")
     complete.set_defaults(func=cmd_complete)
     chat = sub.add_parser("chat", parents=[common], help="interactive chat (history kept, streaming)")
-    chat.add_argument("-n", "--n-predict", type=int, default=256, help="max tokens per reply")
+    chat.add_argument(*MAX_TOKENS.flags, type=int, default=256, help=f"{MAX_TOKENS.help} per reply")
     chat.add_argument("--system", help="a system message")
     chat.set_defaults(func=cmd_chat)
     serve = sub.add_parser("serve", parents=[common], help="an OpenAI-compatible HTTP server (llama-server's flags)")

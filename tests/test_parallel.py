@@ -208,8 +208,8 @@ def test_chat_n_choices(llm):
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [
-        (dict(prompt=PROMPTS[0], n=0), ValueError, "n must be an int >= 1"),
-        (dict(prompt=PROMPTS[0], n="2"), ValueError, "n must be an int >= 1"),
+        (dict(prompt=PROMPTS[0], n=0), ValueError, "n must be >= 1, got 0"),
+        (dict(prompt=PROMPTS[0], n="2"), TypeError, "n must be an int, got str"),
         (dict(prompt=[]), ValueError, "empty list"),
         (dict(prompt=["a", [1, 2]]), TypeError, "not a mix"),
         (dict(prompt=[[1, 2], [3, "x"]]), TypeError, r"prompt\[1\] must be a list of token ids"),

@@ -16,6 +16,7 @@ from llama_ffi.high.errors import RequestTypeError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.infill import prompt_tokens as infill_tokens
 from llama_ffi.high.multimodal import MediaPrompt
+from llama_ffi.high.request_fields import LOGPROBS, MAX_TOKENS, N
 from llama_ffi.high.sampling import SamplingParams
 
 LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -66,12 +67,6 @@ def prompt_list(prompt) -> list | None:
                 raise RequestTypeError(f"prompt[{i}] must be a list of token ids (ints)")
         return [list(p) for p in items]
     raise RequestTypeError("a list of prompts must be all strings or all token lists, not a mix")
-
-
-def check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1 (choices per prompt), got {n!r}")
-    return n
 
 
 @dataclasses.dataclass
@@ -159,14 +154,14 @@ def prepare(
             context.n_ctx_seq,
             llm.spm_infill,
         )
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise RequestTypeError("max_tokens must be an int or None")
-    if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= llm.n_vocab):
-        raise ValueError(f"logprobs must be an int in 0..n_vocab, got {logprobs!r}")
+    if max_tokens is not None:
+        MAX_TOKENS.check(max_tokens)
+    if logprobs is not None:
+        LOGPROBS.check(logprobs, high=llm.n_vocab)
     if grammar is not None and not isinstance(grammar, LlamaGrammar):
         raise RequestTypeError("grammar must be a LlamaGrammar")
     prompts = prompt_list(prompt)  # None: one prompt
-    n = check_n(n)
+    n = N.check(n)
     pairs = [prompt_tokens(llm, p, echo) for p in (prompts or [prompt])]
     for tokens, _ in pairs:
         llm.main_sequence.check_fits(tokens)

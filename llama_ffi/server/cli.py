@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from llama_ffi.high.request_fields import MAX_TOKENS
 from llama_ffi.server import flags
 
 
@@ -28,9 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="slots: sequences decoded together (default 8, at most n_batch)",
     )
-    g.add_argument(
-        "-n", "--n-predict", "--predict", type=int, default=None, help="max tokens of a request that does not say"
-    )
+    g.add_argument(*MAX_TOKENS.flags, type=int, default=None, help=f"{MAX_TOKENS.help} (a request may say)")
     g.add_argument("-b", "--batch-size", type=int, default=None, help="logical batch size (n_batch)")
     g.add_argument("-ub", "--ubatch-size", type=int, default=None, help="physical batch size (n_ubatch)")
     g.add_argument("-a", "--alias", help="the model's id in /v1/models and in results (default: its file name)")

@@ -18,6 +18,7 @@ from pydantic import (
     field_validator,
 )
 
+from llama_ffi.high.request_fields import LOGPROBS, MAX_TOKENS, TOP_LOGPROBS, N
 from llama_ffi.high.sampling_fields import FIELDS, SamplingField
 
 TokenList = list[StrictInt]
@@ -62,8 +63,8 @@ class Sampling(Knobs):
     model: StrictStr | None = None
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    n: StrictInt = Field(1, ge=1, le=64)
-    max_tokens: StrictInt | None = Field(None, ge=1)
+    n: StrictInt = Field(1, **N.bounds())
+    max_tokens: StrictInt | None = Field(None, **MAX_TOKENS.bounds())
     n_predict: StrictInt | None = Field(None, ge=-1)
     stop: StrictStr | list[StrictStr] | None = None
     seed: StrictInt | None = None
@@ -88,15 +89,15 @@ class Sampling(Knobs):
 class CompletionRequest(Sampling):
     prompt: Prompt
     echo: StrictBool = False
-    logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    logprobs: StrictInt | None = Field(None, **LOGPROBS.bounds())
     suffix: StrictStr | None = None
 
 
 class ChatRequest(Sampling):
     messages: list[dict[str, Any]]  # may be empty (llama-server's rule): the template alone
-    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, **MAX_TOKENS.bounds())
     logprobs: StrictBool | None = None
-    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    top_logprobs: StrictInt | None = Field(None, **TOP_LOGPROBS.bounds())
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: StrictStr | dict[str, Any] | None = None
