@@ -23,9 +23,9 @@ def test_cmake_args_come_after_the_environment_and_repeat():
 
 
 def test_pip_passes_the_settings_to_llama_cpps_cmake(tmp_path):
-    """A real ``pip wheel . --config-settings ...``: the CMake configure it starts (in the build
-    folder the settings name) carries the setting's argument. A compiler that does not exist
-    makes that configure fail at once, so nothing is built."""
+    """A real ``pip wheel . --config-settings ...``, isolated as a user's: the CMake configure it
+    starts (in the build folder the settings name) carries the setting's argument. A compiler that
+    does not exist makes that configure fail at once, so nothing is built."""
     probe = "/nonexistent/config-settings-probe-cc"
     proc = subprocess.run(
         [
@@ -35,7 +35,6 @@ def test_pip_passes_the_settings_to_llama_cpps_cmake(tmp_path):
             "wheel",
             ".",
             "--no-deps",
-            "--no-build-isolation",
             "--wheel-dir",
             str(tmp_path / "wheels"),
             "--config-settings",
