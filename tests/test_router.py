@@ -33,8 +33,16 @@ def models_dir(tmp_path_factory, smollm2_path):
     return d
 
 
-def router(*flags: str) -> ServerProcess:
-    return ServerProcess(None, "-c", "512", "-np", "2", *flags)
+@pytest.fixture(scope="module", autouse=True)
+def empty_hf_cache(tmp_path_factory):
+    """Router mode also lists what -hf has cached: an empty cache keeps this machine's out."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("empty-hf-cache")))
+        yield
+
+
+def router(*flags: str, env: dict | None = None) -> ServerProcess:
+    return ServerProcess(None, "-c", "512", "-np", "2", *flags, env=env)
 
 
 def listing(server) -> dict[str, dict]:
@@ -83,6 +91,32 @@ def test_every_model_is_listed_and_a_request_goes_to_the_model_it_names(models_d
         assert missing.status_code == 400 and "'nope' not found" in missing.json()["error"]["message"]
         nameless = httpx.post(server.url + "/v1/completions", json={"prompt": "x"}, timeout=10)
         assert nameless.status_code == 400 and "model name is missing" in nameless.json()["error"]["message"]
+
+
+def test_models_cached_by_hf_are_listed_and_served_from_the_cache(models_dir, tmp_path):
+    """llama-server's router lists every repository:quantisation -hf downloaded (one entry for a
+    split model, none for a projector) and loads it with -hf, here offline from the cache."""
+    cache = tmp_path / "hub"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "models--test--tiny-GGUF"
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    (snapshot / "tiny-Q8_0.gguf").symlink_to(models_dir / "tiny-a.gguf")
+    (snapshot / "mmproj-tiny-F16.gguf").write_bytes(b"a projector, not a model")
+    for part in (1, 2):
+        (snapshot / f"big-Q4_K_M-0000{part}-of-00002.gguf").write_bytes(b"one model in two files")
+    env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    with router("--models-dir", str(models_dir), env=env) as server:
+        body = httpx.get(server.url + "/models", timeout=30).json()["data"]
+        cached = {m["id"]: m for m in body if m["source"] == "cache"}
+        assert set(cached) == {"test/tiny-GGUF:Q8_0", "test/tiny-GGUF:Q4_K_M"}
+        assert all(m["can_remove"] for m in cached.values())
+        assert {m["id"] for m in body if m["source"] == "models_dir"} == {"smol", "tiny-a", "tiny-b", "broken"}
+        response = complete(server, "test/tiny-GGUF:Q8_0")
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"] == complete(server, "tiny-a").json()["choices"][0]["text"]
 
 
 def test_models_max_one_unloads_the_least_recently_used_idle_model(models_dir):

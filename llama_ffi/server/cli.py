@@ -290,15 +290,17 @@ def _router_app(args: argparse.Namespace, serving, keys: list[str]):
     parser = args.serve_parser
 
     def entries() -> list[router.ModelEntry]:
-        out = router.from_models_dir(args.models_dir) if args.models_dir else []
+        """-hf's cache, then --models-dir, then the preset: a later source's model of the same
+        name wins (llama-server's precedence)."""
+        found = router.from_hf_cache() + (router.from_models_dir(args.models_dir) if args.models_dir else [])
         if args.models_preset:
             table = {
                 flag.lstrip("-"): (flag, action.nargs == 0)
                 for action in parser._actions
                 for flag in action.option_strings
             }
-            out += router.from_preset(args.models_preset, table, flags.ENVIRONMENT)
-        return out
+            found += router.from_preset(args.models_preset, table, flags.ENVIRONMENT)
+        return list({entry.id: entry for entry in found}.values())
 
     def build(entry: router.ModelEntry):
         model_args = parser.parse_args([*entry.flags, *args.argv])

@@ -3,7 +3,16 @@
 names it (``catalog``: the models; ``hosts``: which are loaded; ``app``: the routes)."""
 
 from llama_ffi.server.router.app import RouterOptions, create_router_app
-from llama_ffi.server.router.catalog import ModelEntry, from_models_dir, from_preset
+from llama_ffi.server.router.catalog import ModelEntry, from_hf_cache, from_models_dir, from_preset
 from llama_ffi.server.router.hosts import Fleet, State
 
-__all__ = ["Fleet", "ModelEntry", "RouterOptions", "State", "create_router_app", "from_models_dir", "from_preset"]
+__all__ = [
+    "Fleet",
+    "ModelEntry",
+    "RouterOptions",
+    "State",
+    "create_router_app",
+    "from_hf_cache",
+    "from_models_dir",
+    "from_preset",
+]

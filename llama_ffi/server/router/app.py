@@ -177,5 +177,5 @@ def _listing(host: ModelHost, now: int) -> dict:
         "created": now,
         "status": host.status(),
         "source": host.entry.source,
-        "can_remove": False,
+        "can_remove": host.entry.source == "cache",
     }
