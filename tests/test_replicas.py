@@ -7,6 +7,7 @@ tie: requests decoded together). Marked ``ray``: ``pip install 'llama-ffi[ray]'`
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,12 +26,14 @@ pytestmark = pytest.mark.ray
 PROMPTS = [f"Question {i}: name a city in country number {i}. Answer:" for i in range(6)]
 
 
-def test_two_replicas_share_concurrent_requests_and_answer_as_the_model(smollm2_path):
+@contextlib.contextmanager
+def replicas(model, count: int = 2):
+    """``llama-ffi serve --ray --replicas count`` on a local cluster of its own; yields its URL."""
     pytest.importorskip("ray.serve")  # here, not at collection: the default run never imports Ray
     port = free_port()
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # a local cluster of its own, started and stopped by the server
-    command = [sys.executable, "-m", "llama_ffi.server", "--ray", "--replicas", "2", "-m", str(smollm2_path)]
+    command = [sys.executable, "-m", "llama_ffi.server", "--ray", "--replicas", str(count), "-m", str(model)]
     command += ["-c", "1024", "-np", "4", "-t", "1", "--port", str(port)]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -45,20 +48,7 @@ def test_two_replicas_share_concurrent_requests_and_answer_as_the_model(smollm2_
                 pass
             assert time.monotonic() < deadline, "the replicas never answered /health"
             time.sleep(0.5)
-
-        def ask(prompt):
-            body = {"model": "m", "prompt": prompt, "max_tokens": 12, "temperature": 0}
-            r = httpx.post(url + "/v1/completions", json=body, timeout=120)
-            assert r.status_code == 200, r.text
-            return r.headers["x-llama-ffi-replica"], r.json()["choices"][0]["text"]
-
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(ask, PROMPTS * 3))
-        assert len({replica for replica, _ in answers}) == 2, answers  # both replicas served
-        with Llama(str(smollm2_path), n_ctx=1024, n_threads=2, progress=False) as llm:
-            bound = parallel_bound(llm)
-            for prompt, (_, text) in zip(PROMPTS * 3, answers):
-                assert_same_or_near_tie(llm, prompt, text, 12, limit=bound)
+        yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -67,3 +57,72 @@ def test_two_replicas_share_concurrent_requests_and_answer_as_the_model(smollm2_
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 0, proc.stdout.read().decode(errors="replace")[-3000:]
+
+
+def ask(url: str, prompt: str, max_tokens: int = 12) -> tuple[str, str]:
+    body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.headers["x-llama-ffi-replica"], r.json()["choices"][0]["text"]
+
+
+def test_two_replicas_share_concurrent_requests_and_answer_as_the_model(smollm2_path):
+    with replicas(smollm2_path) as url:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda p: ask(url, p), PROMPTS * 3))
+        assert len({replica for replica, _ in answers}) == 2, answers  # both replicas served
+        with Llama(str(smollm2_path), n_ctx=1024, n_threads=2, progress=False) as llm:
+            bound = parallel_bound(llm)
+            for prompt, (_, text) in zip(PROMPTS * 3, answers):
+                assert_same_or_near_tie(llm, prompt, text, 12, limit=bound)
+
+
+def replica_processes() -> dict[int, str]:
+    """PID -> process title of each Serve replica of the llama-ffi deployment on this machine."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                title = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "ServeReplica:llama-ffi" in title:
+                out[int(entry)] = title
+    return out
+
+
+def test_a_killed_replica_loses_only_its_running_requests_and_comes_back(smollm2_path):
+    """A replica's process killed (SIGKILL) while requests run on both: at most the requests it was
+    running fail; every other one, and every one sent after, is answered; Serve starts a new
+    replica, which then serves."""
+    with replicas(smollm2_path) as url:
+        first = {ask(url, p)[0] for p in PROMPTS}
+        processes = replica_processes()
+        assert len(first) == 2 and len(processes) == 2, (first, processes)
+        victim = sorted(processes)[0]
+        results: list = []
+
+        def one(i: int):
+            try:
+                results.append(("ok", ask(url, PROMPTS[i % len(PROMPTS)], max_tokens=48)))
+            except (AssertionError, httpx.HTTPError) as error:
+                results.append(("failed", repr(error)[:200]))
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            running = [pool.submit(one, i) for i in range(8)]
+            time.sleep(1.0)  # requests are decoding on both replicas
+            os.kill(victim, signal.SIGKILL)
+            after = [pool.submit(one, i) for i in range(8, 24)]
+            concurrent.futures.wait(running + after)
+        failed = [r for r in results if r[0] == "failed"]
+        # Ray Serve sends a replica at most max_ongoing_requests (5 by default) at once: only those
+        # may be lost with it.
+        assert len(failed) <= 5, failed
+        assert len(results) - len(failed) >= 19, results
+        deadline = time.monotonic() + 180
+        seen = set()
+        while not (seen - first):  # a replica that did not exist before answers
+            assert time.monotonic() < deadline, f"no new replica answered (seen {seen})"
+            seen |= {ask(url, p)[0] for p in PROMPTS}  # every request answered meanwhile
+            time.sleep(1)
+        assert len(replica_processes()) == 2
