@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 from conformance.run import ALL_FILES, FILES, PASSES, run
 
-VERTEX = "Vertex AI's prediction route (AIP_MODE=PREDICTION) is not built"
 # test id (without parameters) -> why it does not pass here
 GAPS = {
     # deliberately different
@@ -34,10 +33,8 @@ GAPS = {
     ),
     # not built
     "unit/test_router.py::test_router_delete_model": (
-        "router mode lists local models only: downloads into the cache (POST /models) and DELETE /models are not built"
+        "router mode lists what -hf cached but does not download (POST /models) or delete (DELETE /models) models"
     ),
-    "unit/test_compat_gcp.py::test_gcp_predict_camel_case": VERTEX,
-    "unit/test_compat_gcp.py::test_gcp_predict_multiple_instances": VERTEX,
     # server-side tools, MCP servers and the web UI's proxy run in router mode (issue 39)
     "unit/test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": (
         "needs --tools (server-side tools), which this server refuses by name"

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llama_ffi import lib
 from llama_ffi.high.chat.completion import chat_prompt
-from llama_ffi.server import anthropic, errors, native, params, responses
+from llama_ffi.server import anthropic, errors, native, params, responses, vertex
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.handling import awaited, held, parse
@@ -180,6 +180,8 @@ def create_app(
     native.add_routes(app, served)
     anthropic.add_routes(app, served)
     responses.add_routes(app, served)
+    if vertex.enabled():  # last: its @requestFormat names every route above
+        vertex.add_routes(app, options.api_prefix)
     return app
 
 

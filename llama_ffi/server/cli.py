@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import dataclasses
 import ipaddress
+import os
 import signal
 import socket
 import sys
@@ -196,6 +197,8 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
 
     app = create(args, serving, failed)
     served = getattr(app.state, "served", None)  # router mode has none of its own
+    if os.environ.get("AIP_MODE") == "PREDICTION" and os.environ.get("AIP_HTTP_PORT"):
+        args.port = int(os.environ["AIP_HTTP_PORT"])  # Vertex AI names the port (server.vertex)
     config = uvicorn.Config(
         app,
         host=args.host,
