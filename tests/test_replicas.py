@@ -115,14 +115,18 @@ def test_a_killed_replica_loses_only_its_running_requests_and_comes_back(smollm2
             after = [pool.submit(one, i) for i in range(8, 24)]
             concurrent.futures.wait(running + after)
         failed = [r for r in results if r[0] == "failed"]
-        # Ray Serve sends a replica at most max_ongoing_requests (5 by default) at once: only those
-        # may be lost with it.
-        assert len(failed) <= 5, failed
-        assert len(results) - len(failed) >= 19, results
-        deadline = time.monotonic() + 180
+        # A replica is sent at most as many requests as it has slots (-np 4): only those may be lost.
+        assert len(failed) <= 4, failed
+        assert len(results) - len(failed) >= 20, results
+        killed_at = time.monotonic()
+        deadline = killed_at + 180
         seen = set()
         while not (seen - first):  # a replica that did not exist before answers
             assert time.monotonic() < deadline, f"no new replica answered (seen {seen})"
             seen |= {ask(url, p)[0] for p in PROMPTS}  # every request answered meanwhile
             time.sleep(1)
         assert len(replica_processes()) == 2
+        print(
+            f"\n{len(failed)} of {len(results)} requests failed with the killed replica; a new one served after "
+            f"{time.monotonic() - killed_at:.0f} s"
+        )

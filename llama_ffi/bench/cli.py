@@ -496,6 +496,12 @@ def main(argv: list[str] | None = None) -> int:
         "this Python's build, run in turns",
     )
     ap.add_argument(
+        "--replicas",
+        action="store_true",
+        help="add the replicas table: two Ray Serve replicas of half the threads against one of all "
+        "(pip install 'llama-ffi[ray]')",
+    )
+    ap.add_argument(
         "--soak",
         type=float,
         metavar="MINUTES",
@@ -554,6 +560,10 @@ def main(argv: list[str] | None = None) -> int:
         result = soak.soak(args.model, args.soak, args.threads)
         print(soak.soak_table(result))
         return 0 if result["wrong"] == 0 and result["unexpected_errors"] == 0 else 1
+    if args.replicas:
+        from llama_ffi.bench import replicas as bench_replicas
+
+        print(bench_replicas.replicas_table(bench_replicas.bench(args.model, args.threads, args.repeats)))
     if args.server:
         from llama_ffi.bench import server as bench_server
 

@@ -84,7 +84,10 @@ def run(args) -> int:
             signal.signal(sig, lambda *_: stop.set())
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
-        serve.run(build_app(flags, num_replicas=count), name="llama-ffi", route_prefix="/")
+        # A replica takes as many requests as it has slots (-np): Ray's router holds the others for
+        # whichever replica frees a slot first, rather than queueing them behind a busy one.
+        app = build_app(flags, num_replicas=count, max_ongoing_requests=args.parallel)
+        serve.run(app, name="llama-ffi", route_prefix="/")
         print(f"llama-ffi: {count} replicas serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
         stop.wait()
     finally:
