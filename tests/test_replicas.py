@@ -1,7 +1,8 @@
 """Replicas on Ray Serve (``llama-ffi serve --ray --replicas 2``), on a local Ray cluster that the
 test starts and stops: concurrent OpenAI requests are spread over both replicas (each response
 names its replica) and each answer is the model's own (equal to a single Llama's or a measured near
-tie: requests decoded together). Marked ``ray``: ``pip install 'llama-ffi[ray]'`` and
+tie: requests decoded together); a session's requests stay on one replica; a killed replica loses
+only its running requests and comes back. Marked ``ray``: ``pip install 'llama-ffi[ray]'`` and
 ``python -m pytest -m ray tests``."""
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def replicas(model, count: int = 2):
     assert proc.returncode == 0, proc.stdout.read().decode(errors="replace")[-3000:]
 
 
-def ask(url: str, prompt: str, max_tokens: int = 12) -> tuple[str, str]:
+def ask(url: str, prompt: str, max_tokens: int = 12, session: str | None = None) -> tuple[str, str]:
     body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
-    r = httpx.post(url + "/v1/completions", json=body, timeout=120)
+    headers = {"x-session-id": session} if session else {}
+    r = httpx.post(url + "/v1/completions", json=body, headers=headers, timeout=120)
     assert r.status_code == 200, r.text
     return r.headers["x-llama-ffi-replica"], r.json()["choices"][0]["text"]
 
@@ -75,6 +77,11 @@ def test_two_replicas_share_concurrent_requests_and_answer_as_the_model(smollm2_
             bound = parallel_bound(llm)
             for prompt, (_, text) in zip(PROMPTS * 3, answers):
                 assert_same_or_near_tie(llm, prompt, text, 12, limit=bound)
+        # A session's turns stay on one replica (its prompt cache); the sessions use both.
+        sessions = [f"conversation-{i}" for i in range(12)]  # all on one replica: 1 run in 2048
+        placed = {s: {ask(url, f"{s}: turn {t}.", session=s)[0] for t in range(3)} for s in sessions}
+        assert all(len(replicas_of) == 1 for replicas_of in placed.values()), placed
+        assert len(set().union(*placed.values())) == 2, placed
 
 
 def replica_processes() -> dict[int, str]:

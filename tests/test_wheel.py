@@ -19,6 +19,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import gpu_offload
 import numpy as np
 import pytest
 
@@ -314,27 +315,6 @@ def test_the_one_wheel_runs_on_each_cpython(wheel, version, tmp_path, smollm2_pa
 # ---- the Vulkan module ------------------------------------------------------------------------
 LAVAPIPE_ICDS = ("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json", "/usr/share/vulkan/icd.d/lvp_icd.json")
 
-_ON_VULKAN = """
-import json, logging, sys
-import numpy as np
-records = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        records.append(record.getMessage())
-logging.getLogger("llama_ffi").addHandler(Keep())
-logging.getLogger("llama_ffi").setLevel(logging.INFO)
-import llama_ffi
-from llama_ffi import Llama
-devices = [d for d in llama_ffi.build_info()["devices"] if d["backend"] == "Vulkan"]
-llm = Llama(sys.argv[1], n_ctx=256, n_gpu_layers=-1, progress=False)
-text = llm.create_completion({prompt!r}, max_tokens={n}, temperature=0.0)["choices"][0]["text"]
-sys.path.insert(0, {tests!r})
-from llama_ffi.near_tie import stepwise_logits
-np.save("logits.npy", stepwise_logits(llm))
-layers = [m for m in records if "offloaded " in m and "layers to GPU" in m]
-print(json.dumps({{"devices": devices, "text": text, "layers": layers}}))
-"""
-
 
 def test_the_vulkan_module_offloads_every_layer_on_mesas_software_device(wheel, venv, tmp_path, smollm2_path):
     from llama_ffi.high import Llama
@@ -343,26 +323,18 @@ def test_the_vulkan_module_offloads_every_layer_on_mesas_software_device(wheel, 
     icd = next((p for p in LAVAPIPE_ICDS if Path(p).is_file()), None)
     if icd is None:
         pytest.skip("no Vulkan device to run on: apt-get install mesa-vulkan-drivers (lavapipe)")
-    code = _ON_VULKAN.format(prompt=PROMPT, n=N_TOKENS, tests=str(Path(__file__).resolve().parent))
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", code, str(smollm2_path)],
-        cwd=tmp_path,
-        # ggml hides CPU-type Vulkan devices (lavapipe) unless they are named
-        env=isolated_env(venv, GGML_VK_VISIBLE_DEVICES="0", VK_ICD_FILENAMES=icd),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = json.loads(proc.stdout.strip().splitlines()[-1])
+    # ggml hides CPU-type Vulkan devices (lavapipe) unless they are named
+    env = isolated_env(venv, GGML_VK_VISIBLE_DEVICES="0", VK_ICD_FILENAMES=icd)
+    run = gpu_offload.run(venv / "bin" / "python", env, tmp_path, smollm2_path, tmp_path / "logits.npy")
     (device,) = run["devices"]
     assert device["name"] == "Vulkan0" and "llvmpipe" in device["description"], device
     (line,) = run["layers"]
     done, total = line.split("offloaded ")[1].split(" layers")[0].split("/")
     assert int(done) == int(total) > 0, line
+    assert any("Vulkan0" in m for m in run["buffers"]), run["buffers"]  # the weights live on the device
     listed = subprocess.run(
         [str(venv / "bin" / "llama-ffi"), "devices"],
-        env=isolated_env(venv, GGML_VK_VISIBLE_DEVICES="0", VK_ICD_FILENAMES=icd),
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -370,7 +342,7 @@ def test_the_vulkan_module_offloads_every_layer_on_mesas_software_device(wheel, 
     assert listed.stdout.startswith("Vulkan0: llvmpipe") or "\nVulkan0: llvmpipe" in listed.stdout, listed
     with Llama(str(smollm2_path), n_ctx=256, progress=False) as llm:
         limit = bound_across(llm, np.load(tmp_path / "logits.npy"))
-        assert_same_or_near_tie(llm, PROMPT, run["text"], N_TOKENS, limit=limit)
+        assert_same_or_near_tie(llm, gpu_offload.PROMPT, run["text"], gpu_offload.N_TOKENS, limit=limit)
 
 
 _ON_CPU = (

@@ -2,7 +2,10 @@
 serves the ASGI app of ``llama-ffi serve`` with the same flags (its own ``Llama`` and engine), so
 Ray's proxy is the only HTTP layer in front. ``build_app(...)`` is the application for a Serve
 config or ``serve.run``; ``llama-ffi serve --ray --replicas N ...`` starts one on a local (or
-``RAY_ADDRESS``) cluster. Each response names the replica that answered (``x-llama-ffi-replica``)."""
+``RAY_ADDRESS``) cluster. Each response names the replica that answered (``x-llama-ffi-replica``).
+
+Requests of one ``x-session-id`` stay on one replica (``session_router``), where their prompts are
+cached."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ def build_app(
     ``-m MODEL ...``): ``num_replicas`` replicas (or ``"auto"`` / ``autoscaling_config``), each
     loading its model when it starts and freeing it when Serve stops it."""
     from ray import serve
+    from ray.serve.config import RequestRouterConfig
 
     flags = [str(f) for f in serve_flags]
 
@@ -35,7 +39,14 @@ def build_app(
 
         return _named(serve_app(flags))
 
-    options: dict = {"name": name, "ray_actor_options": ray_actor_options or {"num_cpus": 1}}
+    options: dict = {
+        "name": name,
+        "ray_actor_options": ray_actor_options or {"num_cpus": 1},
+        # by import path: Ray imports it in its proxy (a module of its own, as it imports Ray)
+        "request_router_config": RequestRouterConfig(
+            request_router_class="llama_ffi.server.session_router.SessionAffinityRouter"
+        ),
+    }
     if autoscaling_config is not None:
         options["autoscaling_config"] = autoscaling_config
     else:
