@@ -38,12 +38,13 @@ def _speculative(args: argparse.Namespace):
     """A SpecConfig from llama.cpp-style flags, or None without --spec-type."""
     from llama_ffi.high.speculative.config import SpecConfig, type_from_file
 
-    if args.spec_type is None and args.model_draft is not None:  # llama.cpp's rule: the file says
+    spec_type = args.spec_type
+    if spec_type is None and args.model_draft is not None:  # llama.cpp's rule: the file says
         implied = type_from_file(args.model_draft)
         if implied is None:
             raise ValueError(f"--model-draft needs --spec-type draft: {args.model_draft} does not name its engine")
-        args.spec_type = implied.value
-    if args.spec_type in (None, "none"):
+        spec_type = implied.value
+    if spec_type in (None, "none"):
         if args.model_draft is not None:
             raise ValueError("--model-draft needs --spec-type draft (or draft-mtp)")
         return None
@@ -51,7 +52,7 @@ def _speculative(args: argparse.Namespace):
     extra = {} if args.spec_draft_n_max is None else {"draft_n_max": args.spec_draft_n_max}
     if getattr(args, "spec_draft_n_min", None) is not None:  # serve's
         extra["draft_n_min"] = args.spec_draft_n_min
-    kind = "draft" if args.spec_type == "draft-simple" else args.spec_type  # llama-server's name of it
+    kind = "draft" if spec_type == "draft-simple" else spec_type  # llama-server's name of it
     return SpecConfig(type=kind, draft_model_path=args.model_draft, **extra)
 
 
