@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from tools import vulkan_sdk, zig_toolchain
+from tools.gen import preprocess
 from tools.vendor import REPO_ROOT
 
 STAGE = REPO_ROOT / "build" / "wheel"
@@ -110,8 +111,8 @@ def build_env(glibc: str, vulkan: bool, vulkan_headers: str | None = None) -> di
     args = []
     if glibc != SYSTEM_GLIBC:
         wrappers = zig_toolchain.write_wrappers(STAGE / f"zig-{glibc}", glibc)
-        host = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-        env.update(zig_toolchain.compiler_env(wrappers), LLAMA_FFI_PREPROCESSOR=host or "cc")
+        # the headers are still read with this machine's compiler (their cdefs stay machine-independent)
+        env.update(zig_toolchain.compiler_env(wrappers), LLAMA_FFI_PREPROCESSOR=preprocess.compiler())
         args += zig_toolchain.cmake_args(wrappers)
     if vulkan:
         args += vulkan_sdk.stage(STAGE / "vulkan-sdk", vulkan_headers)
