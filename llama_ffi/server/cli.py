@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import dataclasses
 import ipaddress
-import os
 import signal
 import socket
 import sys
@@ -197,8 +196,9 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
 
     app = create(args, serving, failed)
     served = getattr(app.state, "served", None)  # router mode has none of its own
-    if os.environ.get("AIP_MODE") == "PREDICTION" and os.environ.get("AIP_HTTP_PORT"):
-        args.port = int(os.environ["AIP_HTTP_PORT"])  # Vertex AI names the port (server.vertex)
+    from llama_ffi.server import vertex  # FastAPI's: imported with the app above
+
+    args.port = vertex.port(args.port)  # Vertex AI may name it
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -4,7 +4,7 @@
 (``/v1/chat/completions``) or its camelCase name (``chatCompletions``) — and answers
 ``{"predictions": [...]}``, one result (or ``{"error": ...}``) per instance, in order. The instances
 run concurrently through this same app (its key check, its engine); streaming is turned off.
-``AIP_HEALTH_ROUTE`` answers as ``/health``; ``AIP_HTTP_PORT`` is the port (``server.cli``)."""
+``AIP_HEALTH_ROUTE`` answers as ``/health``; ``AIP_HTTP_PORT`` is the port (``port``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ SCOPE_KEYS = ("type", "asgi", "http_version", "scheme", "root_path", "client", "
 
 def enabled() -> bool:
     return os.environ.get("AIP_MODE", "") == "PREDICTION"
+
+
+def port(default: int) -> int:
+    """The port to listen on: Vertex AI's ``AIP_HTTP_PORT`` where it runs the container."""
+    given = os.environ.get("AIP_HTTP_PORT") if enabled() else None
+    return int(given) if given else default
 
 
 def camel_name(path: str) -> str:

@@ -97,7 +97,7 @@ def _flag(path, section: str, key: str, value: str, flags, env_names) -> list[st
 # suffix, then the quantisation tag after the last - or . (Q4_K_M, F16...).
 SPLIT = re.compile(r"^(.+)-(\d{5})-of-(\d{5})$", re.IGNORECASE)
 TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
-CACHE_COMPANIONS = ("mmproj", "mtp-", "eagle3-", "dflash-", "dspark-")
+CACHE_COMPANIONS = ("mmproj", "eagle3-", *DRAFT_PREFIXES)  # anywhere in the name, as download.cpp looks
 
 
 def hf_cache_dir() -> Path:
