@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from llama_ffi import lib
 from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.server import anthropic, errors, native, params, responses, vertex
+from llama_ffi.server.agent import Agent
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.handling import awaited, held, parse
@@ -146,26 +147,35 @@ class Gate:
 
 
 def create_app(
-    load: Callable[[], object], options: ServerOptions, load_now: bool = False, owns_llm: bool = False
+    load: Callable[[], object],
+    options: ServerOptions,
+    load_now: bool = False,
+    owns_llm: bool = False,
+    agent: Agent | None = None,
 ) -> FastAPI:
     """``load`` makes the Llama: at once (``load_now``), or in a thread at start-up so that /health
-    answers 503 meanwhile. ``owns_llm``: close it when the server stops (waiting for requests)."""
+    answers 503 meanwhile. ``owns_llm``: close it when the server stops (waiting for requests).
+    ``agent``: the tools and CORS proxy served beside the model (none: /tools answers 403)."""
     served = Served(options)
+    agent = agent or Agent()
     if load_now:
         served.loaded(load())
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
+        await run_in_threadpool(agent.start)  # MCP servers list their tools before the first request
         if served.llm is None:
             threading.Thread(
                 target=_load_in_background, args=(served, load), name="llama-ffi-load", daemon=True
             ).start()
         yield
+        await run_in_threadpool(agent.close)
         if owns_llm and served.llm is not None:
             await run_in_threadpool(served.llm.close)
 
     app = FastAPI(title="llama-ffi", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.served = served
+    app.state.agent = agent
     errors.install(app)
     if options.sleep_idle_seconds is not None:  # innermost: under the API keys and CORS
         if options.sleep_idle_seconds <= 0:
@@ -177,6 +187,7 @@ def create_app(
     if options.api_prefix:
         app.add_middleware(Prefix, prefix=options.api_prefix)
     _routes(app, served)
+    agent.add_routes(app)
     native.add_routes(app, served)
     anthropic.add_routes(app, served)
     responses.add_routes(app, served)

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from llama_ffi.high.request_fields import MAX_TOKENS
-from llama_ffi.server import flags
+from llama_ffi.server import agent, flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM, wait at most this long for requests in flight (default: until they end)",
     )
     flags.add_arguments(g)
+    agent.add_arguments(parser)
     r = parser.add_argument_group("router mode (no -m: every model of --models-dir / --models-preset)")
     r.add_argument(
         "--models-dir", metavar="DIR", help="serve every GGUF of DIR (a subdirectory: a model and its mmproj)"
@@ -194,7 +195,11 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
     def failed():  # llama-server exits when its model does not load
         server.should_exit = True
 
-    app = create(args, serving, failed)
+    try:
+        app = create(args, serving, failed)
+    except ValueError as error:  # the agent's flags: a tool, a runtime or an MCP config
+        print(f"llama-ffi: error: {error}", file=sys.stderr)
+        return 2
     served = getattr(app.state, "served", None)  # router mode has none of its own
     from llama_ffi.server import vertex  # FastAPI's: imported with the app above
 
@@ -211,7 +216,7 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
         # them by case exist); uvicorn would pick httptools, which lowercases them, where installed
         http="h11",
     )
-    server = _server_class()(config)
+    server = _server_class()(config, on_exit=app.state.agent.abort)
     server.run(sockets=_sockets(args.host, args.port) if "," in args.host else None)
     if served is not None and served.load_error is not None:
         print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
@@ -224,10 +229,13 @@ def create(args: argparse.Namespace, serving, failed: Callable[[], None] | None 
     else in a thread while /health says 503)."""
     from llama_ffi.server.api import create_app
 
+    helper = agent.from_flags(args)
+    if helper.localhost_only and not args.cors_origins:
+        args.cors_origins = "localhost"  # tools reach this machine: no other site's page may call them
     if router_mode(args):
-        return _router_app(args, serving, api_keys(args))
+        return _router_app(args, serving, api_keys(args), helper)
     load, options = prepare(args, *serving(args), failed)
-    return create_app(load, options, load_now=load_now, owns_llm=True)
+    return create_app(load, options, load_now=load_now, owns_llm=True, agent=helper)
 
 
 def router_mode(args: argparse.Namespace) -> bool:
@@ -284,7 +292,7 @@ def prepare(
     return load, options
 
 
-def _router_app(args: argparse.Namespace, serving, keys: list[str]):
+def _router_app(args: argparse.Namespace, serving, keys: list[str], helper: agent.Agent):
     """Router mode's app: each model's flags are the preset's ([*], then its section) under this
     command line's (llama-server's precedence); its app is the single-model server's."""
     from llama_ffi.server import router
@@ -322,7 +330,7 @@ def _router_app(args: argparse.Namespace, serving, keys: list[str]):
         api_prefix=args.api_prefix.rstrip("/"),
         sleep_idle_seconds=args.sleep_idle_seconds,
     )
-    return router.create_router_app(fleet, options, entries)
+    return router.create_router_app(fleet, options, entries, helper)
 
 
 def _cors_origins(args: argparse.Namespace) -> tuple[str, ...]:
@@ -334,7 +342,16 @@ def _server_class():
 
     class Server(uvicorn.Server):
         """uvicorn's server, except that a SIGTERM or Ctrl-C that stopped it cleanly (the requests in
-        flight answered) ends the process with 0 instead of being raised again after shutdown."""
+        flight answered) ends the process with 0 instead of being raised again after shutdown.
+        ``on_exit()`` runs at the signal, before the wait for requests in flight (tool calls end)."""
+
+        def __init__(self, config, on_exit: Callable[[], None] = lambda: None) -> None:
+            super().__init__(config)
+            self.on_exit = on_exit
+
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            threading.Thread(target=self.on_exit, name="llama-ffi-exit", daemon=True).start()
 
         @contextlib.contextmanager
         def capture_signals(self):

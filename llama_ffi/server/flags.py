@@ -17,17 +17,12 @@ REFUSED = {
     "--model-url": "models are not downloaded from URLs: download the file and pass -m",
     "--hf-repo-draft": "pass the draft model's file with -md",
     "--mmproj-url": "pass the projector's file with --mmproj",
-    "--tools": "server-side tools are not supported",
-    "--tools-runtime": "server-side tools are not supported",
-    "--mcp-servers-config": "MCP servers are not supported",
-    "--mcp-servers-json": "MCP servers are not supported",
-    "--ui-mcp-proxy": "the web UI and its MCP proxy are not served",
     "--spec-synth-len": "synthetic drafts are not supported",
     "--spec-synth-rates": "synthetic drafts are not supported",
     "--timeout": "a read/write timeout is not supported yet",
     "--context-shift": "context shift is not supported: a request that fills its slot ends with finish_reason length",
 }
-VALUED_REFUSED = {"--ui-mcp-proxy", "--context-shift"}
+VALUED_REFUSED = {"--context-shift"}
 
 # flags for what this server always does (llama-server's defaults or a no-op here)
 ALWAYS = {
@@ -75,8 +70,14 @@ ENVIRONMENT = {
     "LLAMA_ARG_REASONING": "--reasoning",
     "LLAMA_ARG_CHAT_TEMPLATE": "--chat-template",
     "LLAMA_ARG_CHAT_TEMPLATE_FILE": "--chat-template-file",
+    "LLAMA_ARG_TOOLS": "--tools",
+    "LLAMA_ARG_TOOLS_RUNTIME": "--tools-runtime",
+    "LLAMA_ARG_MCP_SERVERS_CONFIG": "--mcp-servers-config",
+    "LLAMA_ARG_MCP_SERVERS_JSON": "--mcp-servers-json",
+    "LLAMA_ARG_UI_MCP_PROXY": "--ui-mcp-proxy",
+    "LLAMA_ARG_AGENT": "--agent",
 }
-SWITCHES = {"--kv-unified", "--embeddings", "--reranking", "--metrics", "--jinja"}
+SWITCHES = {"--kv-unified", "--embeddings", "--reranking", "--metrics", "--jinja", "--ui-mcp-proxy", "--agent"}
 
 
 def add_arguments(g) -> None:

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llama_ffi.server import errors, native
+from llama_ffi.server.agent import Agent
 from llama_ffi.server.api import Gate
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
@@ -32,11 +34,16 @@ class RouterOptions:
     sleep_idle_seconds: float | None = None  # free a model after this long without requests
 
 
-def create_router_app(fleet: Fleet, options: RouterOptions, reread: Callable[[], list[ModelEntry]]) -> FastAPI:
-    """``reread()``: the list of models again (``GET /models?reload=1``)."""
+def create_router_app(
+    fleet: Fleet, options: RouterOptions, reread: Callable[[], list[ModelEntry]], agent: Agent | None = None
+) -> FastAPI:
+    """``reread()``: the list of models again (``GET /models?reload=1``). ``agent``: the tools and
+    CORS proxy, served by the router itself (its models' apps have none)."""
+    agent = agent or Agent()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
+        await run_in_threadpool(agent.start)
         sleeper = None
         if options.sleep_idle_seconds:
             sleeper = asyncio.create_task(fleet.sleep_idle(options.sleep_idle_seconds))
@@ -45,8 +52,10 @@ def create_router_app(fleet: Fleet, options: RouterOptions, reread: Callable[[],
             sleeper.cancel()
         for host in list(fleet.hosts.values()):  # each waits for its requests in flight
             await fleet.unload(host)
+        await run_in_threadpool(agent.close)
 
     app = FastAPI(title="llama-ffi router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.agent = agent
     errors.install(app)
     if options.api_keys:
         app.add_middleware(Gate, keys=options.api_keys)
@@ -97,6 +106,8 @@ def create_router_app(fleet: Fleet, options: RouterOptions, reread: Callable[[],
             "build_info": native.build_info(),
             "is_sleeping": False,
         }
+
+    agent.add_routes(app)  # before the catch-all below
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def forward(request: Request):
