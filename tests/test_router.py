@@ -6,6 +6,7 @@ and waking for the next request."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -258,3 +259,70 @@ def test_a_single_model_server_sleeps_and_wakes(smollm2_path):
 
 def metric_of(text: str, name: str) -> float:
     return float(next(line.split()[1] for line in text.splitlines() if line.startswith(f"llamacpp:{name} ")))
+
+
+def test_a_model_is_downloaded_into_the_cache_served_and_deleted(models_dir, tmp_path):
+    """``POST /models`` fetches OWNER/NAME:TAG as -hf would (here from a Hub stand-in on 127.0.0.1),
+    ``/models/sse`` says when it is done, the model is listed and served from the cache, and
+    ``DELETE /models?model=`` unloads it and removes its files (other models' stay)."""
+    from fake_hub import FakeHub
+
+    tiny = models_dir / "tiny-a.gguf"
+    hub = FakeHub({"test/dl-GGUF": {"dl-Q8_0.gguf": tiny, "dl-F16.gguf": tiny, "README.md": b"hi"}})
+    cache = tmp_path / "hub"
+    env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(cache), "HF_HUB_DISABLE_XET": "1"}
+    events: list[dict] = []
+    try:
+        with router("--models-dir", str(models_dir), env=env) as server:
+            listening = threading.Event()
+
+            def listen():
+                with httpx.stream("GET", server.url + "/models/sse", timeout=120) as response:
+                    listening.set()
+                    for line in response.iter_lines():
+                        if line.startswith("data: "):
+                            events.append(json.loads(line[6:]))
+                events.append({"event": "(the stream ended)", "model": ""})
+
+            threading.Thread(target=listen, daemon=True).start()
+            assert listening.wait(10)
+            bad = httpx.post(server.url + "/models", json={"model": "no-slash"}, timeout=10)
+            assert bad.status_code == 400 and "owner/name" in bad.json()["error"]["message"]
+            for tag in ("Q8_0", "F16"):
+                started = httpx.post(server.url + "/models", json={"model": f"test/dl-GGUF:{tag}"}, timeout=10)
+                assert started.json() == {"success": True}
+                until(lambda tag=tag: any(e["event"] == "download_finished" and tag in e["model"] for e in events))
+            again = httpx.post(server.url + "/models", json={"model": "test/dl-GGUF:Q8_0"}, timeout=10)
+            assert again.status_code == 400 and "already exists" in again.json()["error"]["message"]
+            missing = httpx.post(server.url + "/models", json={"model": "test/none-GGUF:Q8_0"}, timeout=10)
+            assert missing.status_code == 200
+            until(lambda: any(e["event"] == "download_failed" and "none" in e["model"] for e in events))
+            assert "not found" in next(e for e in events if e["event"] == "download_failed")["data"]["error"]
+            assert listing(server)["test/dl-GGUF:Q8_0"]["value"] == "unloaded"
+            served = complete(server, "test/dl-GGUF:Q8_0")
+            assert served.status_code == 200
+            assert served.json()["choices"][0]["text"] == complete(server, "tiny-a").json()["choices"][0]["text"]
+            assert ("status_change", "test/dl-GGUF:Q8_0", "loaded") in [
+                (e["event"], e["model"], e.get("data", {}).get("status")) for e in events
+            ]
+            gone = httpx.delete(server.url + "/models", params={"model": "test/dl-GGUF:Q8_0"}, timeout=60)
+            assert gone.json() == {"success": True}
+            assert "test/dl-GGUF:Q8_0" not in listing(server) and "test/dl-GGUF:F16" in listing(server)
+            assert [p.name for p in cache.rglob("*.gguf")] == ["dl-F16.gguf"]
+            until(lambda: any(e["event"] == "model_remove" for e in events))
+            local = httpx.delete(server.url + "/models", params={"model": "tiny-a"}, timeout=10)
+            assert local.status_code == 400 and "not removable" in local.json()["error"]["message"]
+            httpx.delete(server.url + "/models", params={"model": "test/dl-GGUF:F16"}, timeout=60)
+            assert not (cache / "models--test--dl-GGUF").exists()  # the last model takes its repository
+            began = time.monotonic()
+        assert time.monotonic() - began < 10  # an open /models/sse does not hold up the stop
+        until(lambda: events[-1]["event"] == "(the stream ended)")
+    finally:
+        hub.stop()
+
+
+def until(condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

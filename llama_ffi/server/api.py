@@ -175,7 +175,7 @@ def create_app(
 
     app = FastAPI(title="llama-ffi", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.served = served
-    app.state.agent = agent
+    app.state.on_exit = [agent.abort]  # run at the exit signal, from any thread
     errors.install(app)
     if options.sleep_idle_seconds is not None:  # innermost: under the API keys and CORS
         if options.sleep_idle_seconds <= 0:

@@ -216,7 +216,7 @@ def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[
         # them by case exist); uvicorn would pick httptools, which lowercases them, where installed
         http="h11",
     )
-    server = _server_class()(config, on_exit=app.state.agent.abort)
+    server = _server_class()(config, on_exit=lambda: [stop() for stop in app.state.on_exit])
     server.run(sockets=_sockets(args.host, args.port) if "," in args.host else None)
     if served is not None and served.load_error is not None:
         print(f"llama-ffi: error: {served.load_error}", file=sys.stderr)
@@ -297,13 +297,14 @@ def _router_app(args: argparse.Namespace, serving, keys: list[str], helper: agen
     command line's (llama-server's precedence); its app is the single-model server's."""
     from llama_ffi.server import router
     from llama_ffi.server.api import create_app
+    from llama_ffi.server.router import hf_cache
 
     parser = args.serve_parser
 
     def entries() -> list[router.ModelEntry]:
         """-hf's cache, then --models-dir, then the preset: a later source's model of the same
         name wins (llama-server's precedence)."""
-        found = router.from_hf_cache() + (router.from_models_dir(args.models_dir) if args.models_dir else [])
+        found = hf_cache.entries() + (router.from_models_dir(args.models_dir) if args.models_dir else [])
         if args.models_preset:
             table = {
                 flag.lstrip("-"): (flag, action.nargs == 0)

@@ -22,6 +22,7 @@ from llama_ffi.server.agent import Agent
 from llama_ffi.server.api import Gate
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
+from llama_ffi.server.router import hf_cache
 from llama_ffi.server.router.catalog import ModelEntry
 from llama_ffi.server.router.hosts import Fleet, ModelHost
 
@@ -43,6 +44,8 @@ def create_router_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
+        loop = asyncio.get_running_loop()
+        app.state.on_exit.append(lambda: loop.call_soon_threadsafe(fleet.events.close))
         await run_in_threadpool(agent.start)
         sleeper = None
         if options.sleep_idle_seconds:
@@ -55,7 +58,7 @@ def create_router_app(
         await run_in_threadpool(agent.close)
 
     app = FastAPI(title="llama-ffi router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.agent = agent
+    app.state.on_exit = [agent.abort]  # run at the exit signal, from any thread
     errors.install(app)
     if options.api_keys:
         app.add_middleware(Gate, keys=options.api_keys)
@@ -68,13 +71,59 @@ def create_router_app(
     async def health():
         return {"status": "ok"}
 
+    downloads: set[str] = set()  # POST /models in progress, by the id the model will have
+
     @app.get("/models")
     @app.get("/v1/models")
     async def models(reload: str = ""):
         if reload:
             fleet.update(reread())
+            fleet.events.publish("models_reload", "*")
         now = int(time.time())
-        return {"object": "list", "data": [_listing(h, now) for h in fleet.hosts.values()]}
+        listed = [_listing(h, now) for h in fleet.hosts.values()]
+        listed += [_downloading(spec, now) for spec in sorted(downloads - set(fleet.hosts))]
+        return {"object": "list", "data": listed}
+
+    @app.get("/models/sse")
+    async def model_events():
+        return fleet.events.response()
+
+    @app.post("/models")
+    async def download(request: Request):
+        """Fetch OWNER/NAME[:TAG] into -hf's cache; ``/models/sse`` says when it is there."""
+        spec = _body_model(await request.body())
+        try:
+            model_id = hf_cache.listed_id(spec)
+        except ValueError as error:
+            raise ApiError(400, str(error), "model") from None
+        if model_id in fleet.hosts or model_id in downloads:
+            raise ApiError(400, f"model '{model_id}' already exists", "model")
+        downloads.add(model_id)
+        asyncio.ensure_future(_download(spec, model_id))
+        return {"success": True}
+
+    async def _download(spec: str, model_id: str) -> None:
+        try:
+            await run_in_threadpool(hf_cache.download, spec)
+        except Exception as error:  # noqa: BLE001 - the listeners hear why; the router goes on
+            fleet.events.publish("download_failed", spec, {"error": str(error) or type(error).__name__})
+        else:
+            fleet.update(reread())
+            fleet.events.publish("download_finished", spec, {"model": model_id})
+        finally:
+            downloads.discard(model_id)
+
+    @app.delete("/models")
+    async def remove(model: str = ""):
+        """Unload a model ``-hf`` cached (once its requests end) and delete its files."""
+        host = fleet.host(model or None)
+        if host.entry.source != "cache":
+            raise ApiError(400, f"model '{host.entry.id}' is not removable (not from the -hf cache)", "model")
+        await fleet.unload(host)
+        await run_in_threadpool(hf_cache.remove, host.entry.id)
+        fleet.update(reread())
+        fleet.events.publish("model_remove", host.entry.id)
+        return {"success": True}
 
     @app.post("/models/load")
     async def load(request: Request):
@@ -178,15 +227,24 @@ async def _quietly(work) -> None:
         await work
 
 
+def _downloading(model_id: str, now: int) -> dict:
+    listed = _model(model_id, {"value": "downloading", "args": ["-hf", model_id]}, "cache", now)
+    return {**listed, "can_remove": False}
+
+
 def _listing(host: ModelHost, now: int) -> dict:
+    return _model(host.entry.id, host.status(), host.entry.source, now)
+
+
+def _model(model_id: str, status: dict, source: str, now: int) -> dict:
     return {
-        "id": host.entry.id,
+        "id": model_id,
         "aliases": [],
         "tags": [],
         "object": "model",
         "owned_by": "llamacpp",
         "created": now,
-        "status": host.status(),
-        "source": host.entry.source,
-        "can_remove": host.entry.source == "cache",
+        "status": status,
+        "source": source,
+        "can_remove": source == "cache",
     }

@@ -1,14 +1,13 @@
 """The models a router serves, by id: every GGUF of ``--models-dir`` and every section of
-``--models-preset``, each with the serve flags that load it (llama-server's rules: a file is named
-by its stem, a subdirectory by its name with its projector and draft beside the model; a preset's
-keys are flags without their dashes, or their ``LLAMA_ARG_*`` names; ``[*]`` holds the defaults)."""
+``--models-preset`` (``hf_cache`` lists what ``-hf`` cached), each with the serve flags that load
+it (llama-server's rules: a file is named by its stem, a subdirectory by its name with its projector
+and draft beside the model; a preset's keys are flags without their dashes, or their ``LLAMA_ARG_*``
+names; ``[*]`` holds the defaults)."""
 
 from __future__ import annotations
 
 import configparser
 import dataclasses
-import os
-import re
 from pathlib import Path
 
 DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")  # companion files, never models of their own
@@ -90,51 +89,3 @@ def _flag(path, section: str, key: str, value: str, flags, env_names) -> list[st
     if value.lower() in FALSE:
         return []
     raise ValueError(f"--models-preset {path}: [{section}] {key} = {value!r}: expected true or false")
-
-
-# ---- models cached by -hf -----------------------------------------------------------------------
-# llama.cpp's reading of a GGUF file name (common/download.cpp): an optional -NNNNN-of-NNNNN split
-# suffix, then the quantisation tag after the last - or . (Q4_K_M, F16...).
-SPLIT = re.compile(r"^(.+)-(\d{5})-of-(\d{5})$", re.IGNORECASE)
-TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
-CACHE_COMPANIONS = ("mmproj", "eagle3-", *DRAFT_PREFIXES)  # anywhere in the name, as download.cpp looks
-
-
-def hf_cache_dir() -> Path:
-    """The Hugging Face hub cache ``-hf`` downloads into (huggingface_hub's rule, as llama.cpp's)."""
-    for name, below in (("HF_HUB_CACHE", ""), ("HUGGINGFACE_HUB_CACHE", ""), ("HF_HOME", "hub")):
-        if os.environ.get(name):
-            return Path(os.environ[name]) / below
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "huggingface" / "hub"
-
-
-def _quant_tag(file_name: str) -> str | None:
-    """The quantisation tag of a model's first (or only) file; None for any other file."""
-    if not file_name.lower().endswith(".gguf"):
-        return None
-    stem = file_name[: -len(".gguf")]
-    split = SPLIT.match(stem)
-    if split is not None:
-        if int(split[2]) != 1:
-            return None
-        stem = split[1]
-    if any(c in stem for c in CACHE_COMPANIONS):
-        return None
-    tag = TAG.search(stem)
-    return tag[1].upper() if tag else None
-
-
-def from_hf_cache(cache: Path | None = None) -> list[ModelEntry]:
-    """Every model ``-hf OWNER/NAME:TAG`` has downloaded, as llama-server lists them: one entry per
-    repository and quantisation tag, loaded again with ``-hf`` (from the cache, offline first)."""
-    root = hf_cache_dir() if cache is None else cache
-    found: dict[str, ModelEntry] = {}
-    for repo in sorted(root.glob("models--*")) if root.is_dir() else ():
-        repo_id = repo.name[len("models--") :].replace("--", "/")
-        for path in sorted((repo / "snapshots").glob("*/**/*.gguf")):
-            tag = _quant_tag(path.name)
-            spec = f"{repo_id}:{tag}"
-            if tag is not None and spec not in found:
-                found[spec] = ModelEntry(spec, ("-hf", spec), "cache")
-    return list(found.values())

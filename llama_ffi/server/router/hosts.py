@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.router.catalog import ModelEntry
+from llama_ffi.server.router.events import Events
 
 log = logging.getLogger("llama_ffi.server")
 
@@ -76,6 +77,7 @@ class Fleet:
         self.build, self.free, self.models_max, self.autoload = build, free, models_max, autoload
         self.queue: collections.deque[ModelHost] = collections.deque()  # models waiting for a place
         self.changed = asyncio.Condition()
+        self.events = Events()  # /models/sse: each state change as it happens
         # llama-server's test hook: each load, and each request while it counts as in flight, takes
         # 2 s more, so that its router tests can see a busy model and a queue
         self.slow = 2.0 if os.environ.get("LLAMA_SERVER_DEBUG_FAKE_TIMING") else 0.0
@@ -191,6 +193,7 @@ class Fleet:
         """Load ``host`` with the lock released meanwhile (others queue, list, or serve)."""
         host.state, host.error = State.LOADING, None
         host.loads += 1
+        self._changed_state(host)
         self.changed.release()
         try:
             await asyncio.sleep(self.slow)
@@ -202,6 +205,7 @@ class Fleet:
         await self.changed.acquire()
         host.app, host.error = app, error
         host.state = State.LOADED if app is not None else State.UNLOADED
+        self._changed_state(host)
         self.changed.notify_all()
 
     async def _unload(self, host: ModelHost, state: State) -> None:
@@ -213,7 +217,14 @@ class Fleet:
             await run_in_threadpool(self.free, app)
         finally:
             host.state = state
+            self._changed_state(host)
             self.changed.notify_all()
+
+    def _changed_state(self, host: ModelHost) -> None:
+        data = {"status": host.state.value}
+        if host.error is not None and not host.holds_place:
+            data["error"] = host.error
+        self.events.publish("status_change", host.entry.id, data)
 
     async def sleep_idle(self, seconds: float) -> None:
         """Forever: free each model that served nothing for ``seconds`` (--sleep-idle-seconds)."""
