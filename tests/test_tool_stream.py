@@ -9,9 +9,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llama_ffi.high.chat.json_stream import JsonCanon, healed
 from llama_ffi.high.chat.reasoning import split_reasoning
 from llama_ffi.high.chat.tool_stream import CallStream
-from llama_ffi.high.chat.tools import parse_tool_calls
+from llama_ffi.high.chat.tools import cut_call, parse_tool_calls
 
 FUNCTIONS = {"get_weather": {}, "f": {}}
 WITH_CALLS = [
@@ -137,3 +138,46 @@ def test_an_auto_hermes_call_streams_its_arguments_and_text_before_it_streams_at
     assert first_text < text.index("<tool_call>")  # text is not held back until the end
     fragments = [d for _, d in deltas if "tool_calls" in d and d["tool_calls"][0]["function"].get("arguments")]
     assert len(fragments) >= 6
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, indent=st.sampled_from([None, 1, "\t"]), ascii_only=st.booleans(), cut=st.integers(0))
+def test_any_cut_of_a_json_value_heals_to_json_that_extends_what_was_streamed(value, indent, ascii_only, cut):
+    """A value cut anywhere completes to valid JSON that starts with what the stream has said; uncut,
+    it is ``json.dumps``' own text."""
+    text = json.dumps(value, indent=indent, ensure_ascii=ascii_only)
+    assert healed(text) == json.dumps(value, ensure_ascii=False)
+    prefix = text[: cut % (len(text) + 1)]
+    if not prefix.strip():
+        return
+    canon = JsonCanon()
+    said, _ = canon.feed(prefix)
+    whole = said + canon.closing()
+    json.loads(whole)
+    assert healed(prefix) == whole
+
+
+@given(cut=st.integers(0, 120), cuts=st.lists(st.integers(0, 200), max_size=20))
+def test_a_call_cut_short_streams_and_parses_to_the_same_completed_arguments(cut, cuts):
+    """max_tokens inside a forced call: the stream ends the arguments with their completion, and the
+    whole reply's parse (``cut_call``) gives the same call; cut before its arguments began, neither
+    has a call."""
+    full = 'ok <tool_call>{"name": "get_weather", "arguments": {"city": "Par\\u00eds \\"x\\"", "days": [1, 2.5]}}'
+    text = full[:cut]
+    before, call = cut_call(text, FUNCTIONS)
+    deltas = run(CallStream(None, calls=True), pieces(text, cuts))
+    named = [c["function"]["name"] for d in deltas for c in d.get("tool_calls", []) if "name" in c["function"]]
+    if cut < full.index("{", full.index("arguments")) - 1:
+        assert call is None and before == text and not named
+        return
+    assert before == "ok " and named == ["get_weather"] and call["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    streamed = "".join(c["function"].get("arguments", "") for d in deltas for c in d.get("tool_calls", []))
+    assert streamed == call["function"]["arguments"]

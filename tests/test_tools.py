@@ -106,6 +106,39 @@ def test_parallel_tool_calls_false_makes_one_call(llm):
     assert len(several) > 1 and len(one) == 1 and one[0]["function"] == several[0]["function"]
 
 
+CODE = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": "Runs code",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    },
+}
+
+
+@pytest.mark.parametrize("max_tokens", [14, 17, 19, 40])
+def test_a_forced_call_cut_by_max_tokens_keeps_completed_arguments(llm, max_tokens):
+    """llama-server's healing: a forced call that max_tokens cuts is still a call, its arguments
+    closed where the generation stopped (a string ended, brackets closed); the stream says the same."""
+    kwargs = dict(tools=[CODE], tool_choice="required", temperature=0, max_tokens=max_tokens)
+    ask = [{"role": "user", "content": "Write an example program"}]
+    out = llm.create_chat_completion(ask, **kwargs)
+    assert out["usage"]["completion_tokens"] == max_tokens  # the budget, not the call, ended the reply
+    whole = out["choices"][0]
+    call = whole["message"]["tool_calls"][-1]
+    assert whole["finish_reason"] == "tool_calls" and call["function"]["name"] == "python"
+    assert whole["message"]["content"] is None
+    arguments = json.loads(call["function"]["arguments"])
+    assert set(arguments) <= {"code"} and all(isinstance(v, (str, type(None))) for v in arguments.values())
+    streamed = "".join(
+        call.get("function", {}).get("arguments", "")
+        for chunk in llm.create_chat_completion(ask, stream=True, **kwargs)
+        for call in chunk["choices"][0]["delta"].get("tool_calls", [])
+        if chunk["choices"]
+    )
+    assert streamed == "".join(c["function"]["arguments"] for c in whole["message"]["tool_calls"])
+
+
 def test_tool_result_turn_is_fed_back(llm):
     first = llm.create_chat_completion(ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=128)[
         "choices"

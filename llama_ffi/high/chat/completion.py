@@ -373,7 +373,14 @@ def _message(choice: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dic
         message["reasoning_content"] = reasoning
     if tool_plan.mode == "none":
         return message, choice["finish_reason"]
-    content, calls = tool_calls.parse_tool_calls(text, tool_plan.functions)
+    rest, cut = (text, None)
+    if choice["finish_reason"] == "length":  # a call cut short keeps its arguments, completed
+        rest, cut = tool_calls.cut_call(text, tool_plan.functions)
+    content, calls = tool_calls.parse_tool_calls(rest, tool_plan.functions)
+    if cut is not None:
+        content, calls = (content or "").strip() or None, [*calls, cut]
+    if calls and tool_plan.mode != "auto" and "<tool_call>".startswith((content or "").strip()):
+        content = None  # a forced reply cut as its next call began: nothing of it is content
     if not calls:
         return message, choice["finish_reason"]
     return {**message, "content": content, "tool_calls": calls}, "tool_calls"

@@ -4,7 +4,9 @@ each Hermes-form call (``<tool_call>{"name": ..., "arguments": {...}}</tool_call
 calls are generated in) a ``tool_calls`` delta with its name as soon as it is known, then its
 arguments in fragments as they are generated. The fragments are the arguments re-serialised token by
 token as ``json.dumps`` writes them, so joined they equal the call parsed from the whole text.
-Text that could still become a tag is held back until it cannot.
+Text that could still become a tag is held back until it cannot. A call the generation cut short
+(``max_tokens``) ends with the text that completes its arguments (``JsonCanon.closing``), as
+llama-server heals it.
 
 With ``functions`` (``tool_choice: "auto"``) the model may also answer in text or in another family's
 form (Mistral's ``[TOOL_CALLS]``, functionary's ``<function=``, ``>>>``, a Llama 3 JSON reply): text
@@ -15,98 +17,15 @@ equal the whole reply's parse."""
 from __future__ import annotations
 
 import json
-import re
 import uuid
 
+from llama_ffi.high.chat.json_stream import JsonCanon
 from llama_ffi.high.chat.reasoning import split_reasoning
-from llama_ffi.high.chat.tools import parse_tool_calls
+from llama_ffi.high.chat.tools import HERMES_HEAD, parse_tool_calls
 
 CALL_START, CALL_END = "<tool_call>", "</tool_call>"
 OTHER_FORMS = ("[TOOL_CALLS]", "<function=")  # parsed whole, wherever they begin
 OTHER_OPENINGS = (">>>", "{", "<|python_tag|>")  # parsed whole when a reply begins with them
-_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*', re.S)
-_SEPARATORS = {"{": "{", "}": "}", "[": "[", "]": "]", ":": ": ", ",": ", "}
-
-
-class JsonCanon:
-    """One JSON value, fed as raw text, emitted as ``json.dumps`` would write it (the default
-    separators), a token at a time; strings in pieces as their characters arrive."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.started = self.done = False
-        self.in_string = False
-        self.escape = ""  # an escape sequence being read ("\\", "\\u12"...)
-        self.high = ""  # a high surrogate waiting for its pair
-        self.scalar = ""  # a number or literal being read
-
-    def feed(self, text: str) -> tuple[str, str]:
-        """(canonical text to emit, raw text left after the value ended)."""
-        out = []
-        for i, ch in enumerate(text):
-            if self.done:
-                return "".join(out), text[i:]
-            if self.in_string:
-                out.append(self._string_char(ch))
-                continue
-            if self.scalar and not (ch.isalnum() or ch in "+-."):
-                out.append(self._end_scalar())
-                if self.done:
-                    return "".join(out), text[i:]
-            if ch == '"':
-                self.in_string, self.started = True, True
-                out.append('"')
-            elif ch in _SEPARATORS:
-                self.started = True
-                out.append(_SEPARATORS[ch])
-                self.depth += ch in "{["
-                self.depth -= ch in "}]"
-                if self.depth == 0 and ch in "}]":
-                    self.done = True
-            elif ch.isalnum() or ch in "+-.":
-                self.scalar += ch
-                self.started = True
-            # whitespace between tokens: json.dumps writes none
-        return "".join(out), ""
-
-    def _end_scalar(self) -> str:
-        token, self.scalar = self.scalar, ""
-        try:
-            text = json.dumps(json.loads(token))
-        except ValueError:
-            text = token
-        if self.depth == 0:
-            self.done = True
-        return text
-
-    def _string_char(self, ch: str) -> str:
-        if self.escape:
-            self.escape += ch
-            if self.escape.startswith("\\u") and len(self.escape) < 6:
-                return ""
-            decoded = (
-                json.loads(f'"{self.escape}"') if not self.escape.startswith("\\u") else chr(int(self.escape[2:], 16))
-            )
-            self.escape = ""
-            return self._decoded(decoded)
-        if ch == "\\":
-            self.escape = "\\"
-            return ""
-        if ch == '"':
-            self.in_string = False
-            if self.depth == 0:
-                self.done = True
-            return '"'
-        return self._decoded(ch)
-
-    def _decoded(self, ch: str) -> str:
-        if "\ud800" <= ch <= "\udbff":
-            self.high = ch
-            return ""
-        if self.high and "\udc00" <= ch <= "\udfff":
-            ch = (self.high + ch).encode("utf-16", "surrogatepass").decode("utf-16")
-        self.high = ""
-        return json.dumps(ch, ensure_ascii=False)[1:-1]
 
 
 class CallStream:
@@ -204,7 +123,7 @@ class CallStream:
         if not self.named:
             self.call_raw += self.pending
             self.pending = ""
-            m = _NAME.match(self.call_raw)
+            m = HERMES_HEAD.match(self.call_raw)
             if m is None:
                 if CALL_END in self.call_raw and self.functions is not None:
                     self.state = "whole"
@@ -284,6 +203,14 @@ class CallStream:
         if self.state == "whole":
             return self._settle()
         deltas: list[dict] = []
+        if self.state == "call" and self.named and not self.args.done:
+            emitted, _ = self.args.feed(self.pending)  # a call cut short: its arguments completed
+            emitted += self.args.closing() if self.args.started else "{}"
+            if emitted:
+                self.arguments[-1] += emitted
+                deltas.append({"tool_calls": [{"index": self.n_calls - 1, "function": {"arguments": emitted}}]})
+        if self.calls and self.functions is None and CALL_START.startswith(self.pending.strip()):
+            self.pending = ""  # a forced reply cut as its next call began: nothing of it is content
         if self.state != "call":
             self._emit(deltas, self.pending)
         if self.state == "text" and self.held and not self.n_calls:

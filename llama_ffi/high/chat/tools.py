@@ -16,8 +16,11 @@ import re
 import uuid
 
 from llama_ffi.high.chat.json_schema import SchemaConverter
+from llama_ffi.high.chat.json_stream import healed
 
 MAX_PARALLEL_CALLS = 4
+# the start of a Hermes-form call, up to its arguments: what a stream names the call from
+HERMES_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*', re.S)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,3 +214,18 @@ def parse_tool_calls(text: str, functions: dict[str, dict]) -> tuple[str | None,
         return text, []
     rest = rest.strip()
     return (rest or None), found
+
+
+def cut_call(text: str, functions: dict[str, dict]) -> tuple[str, dict | None]:
+    """A reply that ``max_tokens`` cut inside a Hermes-form call: (the text before that call, the
+    call with its arguments completed), as the stream ends it; ``(text, None)`` otherwise."""
+    start = text.rfind("<tool_call>")
+    head = HERMES_HEAD.match(text, start + len("<tool_call>")) if start >= 0 else None
+    if head is None or "</tool_call>" in text[start:]:
+        return text, None  # no call, a whole one, or one cut before its arguments began
+    arguments = text[head.end() :]
+    whole = healed(arguments) if arguments.strip() else "{}"
+    if whole is None:
+        return text, None
+    call = _as_call({"name": json.loads(f'"{head.group(1)}"'), "arguments": json.loads(whole)}, functions)
+    return (text[:start], call) if call is not None else (text, None)
