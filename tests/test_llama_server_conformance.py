@@ -27,10 +27,6 @@ GAPS = {
         "reads llama-server's own log lines (__TEST_TAG_CACHE_IDLE_SLOT__); --cache-ram's behaviour is tested "
         "by the other test of that file"
     ),
-    "unit/test_tool_call.py::test_completion_with_required_tool_real_model": (
-        "(its code-tool cases) SmolLM2 repeats the code until max_tokens: llama-server closes the cut JSON "
-        "(healed arguments); here a call cut short stays text"
-    ),
     "unit/test_router.py::test_router_delete_model": (
         "downloads ggml-org/test-model-router-download from huggingface.co first, which this machine cannot "
         "reach (POST /models, /models/sse and DELETE /models: tests/test_router.py, against a Hub stand-in)"

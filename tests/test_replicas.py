@@ -28,26 +28,29 @@ PROMPTS = [f"Question {i}: name a city in country number {i}. Answer:" for i in 
 
 
 @contextlib.contextmanager
-def replicas(model, count: int = 2):
+def replicas(model, count: int = 2, *flags: str):
     """``llama-ffi serve --ray --replicas count`` on a local cluster of its own; yields its URL."""
     pytest.importorskip("ray.serve")  # here, not at collection: the default run never imports Ray
     port = free_port()
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # a local cluster of its own, started and stopped by the server
     command = [sys.executable, "-m", "llama_ffi.server", "--ray", "--replicas", str(count), "-m", str(model)]
-    command += ["-c", "1024", "-np", "4", "-t", "1", "--port", str(port)]
+    command += ["-c", "1024", "-np", "4", "-t", "1", "--port", str(port), *flags]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 240
-        while True:
+        answered: set[str] = set()  # every replica up, not just the first (Serve routes to those it has)
+        while len(answered) < count:
             assert proc.poll() is None, proc.stdout.read().decode(errors="replace")[-3000:]
             try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
+                health = httpx.get(url + "/health", timeout=5)
+                if health.status_code == 200:
+                    answered.add(health.headers["x-llama-ffi-replica"])
+                    continue
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline, "the replicas never answered /health"
+            assert time.monotonic() < deadline, f"{len(answered)} of {count} replicas answered /health"
             time.sleep(0.5)
         yield url
     finally:
@@ -79,9 +82,41 @@ def test_two_replicas_share_concurrent_requests_and_answer_as_the_model(smollm2_
                 assert_same_or_near_tie(llm, prompt, text, 12, limit=bound)
         # A session's turns stay on one replica (its prompt cache); the sessions use both.
         sessions = [f"conversation-{i}" for i in range(12)]  # all on one replica: 1 run in 2048
-        placed = {s: {ask(url, f"{s}: turn {t}.", session=s)[0] for t in range(3)} for s in sessions}
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:  # sessions side by side: each stays put
+            placed = dict(
+                zip(
+                    sessions,
+                    pool.map(lambda s: {ask(url, f"{s}: turn {t}.", session=s)[0] for t in range(3)}, sessions),
+                )
+            )
         assert all(len(replicas_of) == 1 for replicas_of in placed.values()), placed
         assert len(set().union(*placed.values())) == 2, placed
+
+
+def test_with_prefix_affinity_a_conversation_stays_on_one_replica_without_a_session(smollm2_path):
+    """``--affinity prefix``: the ingress reads each body, so the turns of a conversation (same
+    system prompt and first user turn) and its stream go to one replica, with no header from the
+    client; different conversations use both replicas; errors come back in the server's shape."""
+    with replicas(smollm2_path, 2, "--affinity", "prefix") as url:
+
+        def turn(conversation: int, turns: int, stream: bool = False) -> str:
+            messages = [{"role": "system", "content": f"You help user {conversation}."}]
+            messages += [{"role": "user", "content": f"Hello, I am number {conversation}."}]
+            for t in range(1, turns):
+                messages += [{"role": "assistant", "content": "Hi."}, {"role": "user", "content": f"Turn {t}?"}]
+            body = {"model": "m", "messages": messages, "max_tokens": 6, "temperature": 0, "stream": stream}
+            r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+            assert r.status_code == 200, r.text
+            if stream:
+                assert r.text.rstrip().endswith("data: [DONE]") and '"delta"' in r.text
+            return r.headers["x-llama-ffi-replica"]
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            placed = dict(zip(range(10), pool.map(lambda c: {turn(c, t, stream=t == 2) for t in (1, 2, 3)}, range(10))))
+        assert all(len(replicas_of) == 1 for replicas_of in placed.values()), placed
+        assert len(set().union(*placed.values())) == 2, placed  # 10 conversations on one: 1 run in 512
+        bad = httpx.post(url + "/v1/chat/completions", json={"messages": "no"}, timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
 
 
 def replica_processes() -> dict[int, str]:

@@ -1,6 +1,7 @@
 """The benchmark's replicas table: what the Ray layer costs. The machine's threads as two Ray Serve
 replicas of half the threads and half the slots each (``llama-ffi serve --ray --replicas 2``)
-against one replica with all of them (``--replicas 1``), under N concurrent HTTP clients sending
+against one replica with all of them (``--replicas 1``), and the two behind the prefix ingress
+(``--affinity prefix``: its extra hop), under N concurrent HTTP clients sending
 the server table's requests (``N_GEN`` greedy tokens each); wall time from the first request to the
 last answer, a median of ``repeats``. One Ray cluster at a time: each setup starts its own."""
 
@@ -31,15 +32,19 @@ def bench(model: str, threads: int, repeats: int) -> list[dict]:
     for n in CLIENTS:
         one = _time([*serve, "1"], model, threads, n, n, repeats)
         two = _time([*serve, "2"], model, half, max(1, n // 2), n, repeats)
-        rows.append({"clients": n, "one_s": one, "two_s": two, "threads": threads, "half": half})
+        prefix = _time([*serve, "2", "--affinity", "prefix"], model, half, max(1, n // 2), n, repeats)
+        rows.append({"clients": n, "one_s": one, "two_s": two, "prefix_s": prefix, "threads": threads, "half": half})
     return rows
 
 
 def replicas_table(rows: list[dict]) -> str:
     out = [
-        "| clients | 1 replica × all threads s | 2 replicas × half s | 2 replicas ÷ 1 (throughput) |",
-        "|---:|---:|---:|---:|",
+        "| clients | 1 replica × all threads s | 2 replicas × half s | 2 ÷ 1 (throughput) "
+        "| 2 with --affinity prefix s | prefix ÷ 1 |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        out.append(f"| {r['clients']} | {r['one_s']:.2f} | {r['two_s']:.2f} | {r['one_s'] / r['two_s']:.2f} × |")
+        one, two, prefix = r["one_s"], r["two_s"], r["prefix_s"]
+        cells = [str(r["clients"]), f"{one:.2f}", f"{two:.2f}", f"{one / two:.2f} ×", f"{prefix:.2f}"]
+        out.append("| " + " | ".join([*cells, f"{one / prefix:.2f} ×"]) + " |")
     return "\n".join(out)

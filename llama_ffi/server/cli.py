@@ -101,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray = parser.add_argument_group("replicas on Ray Serve (pip install 'llama-ffi[ray]')")
     ray.add_argument("--ray", action="store_true", help="serve replicas of this server on a Ray cluster (RAY_ADDRESS)")
     ray.add_argument("--replicas", default="1", help="how many (a number, or auto: Serve's autoscaling)")
+    ray.add_argument(
+        "--affinity",
+        choices=("session", "prefix"),
+        default="session",
+        help="which requests share a replica: one x-session-id's (default), or also those sharing a "
+        "prompt's start (an ingress reads each body: one more hop)",
+    )
     g.add_argument(
         "--sleep-idle-seconds",
         type=float,

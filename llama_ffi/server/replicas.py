@@ -5,7 +5,8 @@ config or ``serve.run``; ``llama-ffi serve --ray --replicas N ...`` starts one o
 ``RAY_ADDRESS``) cluster. Each response names the replica that answered (``x-llama-ffi-replica``).
 
 Requests of one ``x-session-id`` stay on one replica (``session_router``), where their prompts are
-cached."""
+cached; with ``affinity="prefix"`` (``--affinity prefix``) an ingress deployment reads each body and
+keeps the requests that share a prompt's start on one replica too (``replica_relay``)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,15 @@ def build_app(
     ray_actor_options: dict | None = None,
     max_ongoing_requests: int | None = None,
     name: str = "llama-ffi",
+    affinity: str = "session",
 ):
     """A Ray Serve application of ``llama-ffi serve`` with ``serve_flags`` (as on the command line,
     ``-m MODEL ...``): ``num_replicas`` replicas (or ``"auto"`` / ``autoscaling_config``), each
-    loading its model when it starts and freeing it when Serve stops it."""
+    loading its model when it starts and freeing it when Serve stops it. ``affinity``: "session"
+    (Ray's proxy routes; ``x-session-id`` keeps a session on one replica) or "prefix" (an ingress
+    reads the body: requests sharing a prompt's start share a replica, at one more hop each)."""
+    if affinity not in ("session", "prefix"):
+        raise ValueError(f"affinity must be 'session' or 'prefix', got {affinity!r}")
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
@@ -53,9 +59,54 @@ def build_app(
         options["num_replicas"] = num_replicas
     if max_ongoing_requests is not None:
         options["max_ongoing_requests"] = max_ongoing_requests
+    if affinity == "prefix":
+        return _prefix_app(flags, options)
     replica = type("LlamaFFIReplica", (), {"__doc__": "One llama-ffi serve app on a Ray Serve replica."})
     deployment = serve.deployment(**options)(serve.ingress(asgi_app)(replica))
     return deployment.bind()
+
+
+def _prefix_app(flags: list[str], options: dict):
+    """The model deployment, called through handles, behind an ingress that reads bodies."""
+    from ray import serve
+
+    class LlamaFFIModel:
+        """One llama-ffi serve app on a replica, answering relayed requests."""
+
+        def __init__(self) -> None:
+            from llama_ffi.cli import serve_app
+
+            self.own = serve_app(flags)
+            self.app = _named(self.own)
+
+        async def relay(self, key: str | None, scope: dict, body: bytes):
+            from llama_ffi.server.replica_relay import relay
+
+            async for message in relay(self.app, scope, body):
+                yield message
+
+        def __del__(self) -> None:  # Serve stops the replica: its model goes with it
+            served = getattr(getattr(self, "own", None), "state", None)
+            if served is not None and served.served.llm is not None:
+                served.served.llm.close()
+
+    class LlamaFFIIngress:
+        """Reads each request's body for its prefix; the model deployment answers it."""
+
+        def __init__(self, model) -> None:
+            self.model = model
+
+        async def __call__(self, request):
+            from llama_ffi.server.replica_relay import ingress_response, prefix_key
+
+            body = await request.body()
+            return ingress_response(self.model, prefix_key(list(request.scope["headers"]), body), body)
+
+    model = serve.deployment(**options)(LlamaFFIModel)
+    ingress = serve.deployment(
+        name=f"{options['name']}-ingress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000
+    )(LlamaFFIIngress)
+    return ingress.bind(model.bind())
 
 
 def _named(app):
@@ -97,7 +148,7 @@ def run(args) -> int:
         serve.start(http_options={"host": args.host, "port": args.port})
         # A replica takes as many requests as it has slots (-np): Ray's router holds the others for
         # whichever replica frees a slot first, rather than queueing them behind a busy one.
-        app = build_app(flags, num_replicas=count, max_ongoing_requests=args.parallel)
+        app = build_app(flags, num_replicas=count, max_ongoing_requests=args.parallel, affinity=args.affinity)
         serve.run(app, name="llama-ffi", route_prefix="/")
         print(f"llama-ffi: {count} replicas serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
         stop.wait()
@@ -113,9 +164,9 @@ def without_ray_flags(argv: Sequence[str]) -> list[str]:
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--ray" or arg.startswith("--replicas="):
+        elif arg == "--ray" or arg.startswith(("--replicas=", "--affinity=")):
             continue
-        elif arg == "--replicas":
+        elif arg in ("--replicas", "--affinity"):
             skip = True
         else:
             out.append(arg)

@@ -2,7 +2,8 @@
 carry the same ``x-session-id`` header go to one replica while it has room (a rendezvous hash of the
 id over the replicas; the others follow as fallback), so a conversation's next turn finds its prompt
 in that replica's slot cache. Ray's HTTP proxy hands a router the request's headers but not its
-body, so the client names the session. Requests without one go to the shorter queue of two random
+body, so the client names the session; behind the prefix ingress (``replica_relay``) the key it
+computed from the body comes as the call's first argument. Requests without one go to the shorter queue of two random
 replicas (Ray's default policy). Imported by Ray (in its proxy), never by the default package."""
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ SESSION_HEADER = b"x-session-id"
 def session_of(pending) -> bytes | None:
     """The ``x-session-id`` of a request the HTTP proxy routes (its pickled ASGI scope), if any."""
     arg = pending.args[0] if pending is not None and pending.args else None
+    if isinstance(arg, str):  # a key the prefix ingress computed (replica_relay)
+        return arg.encode()
     if not isinstance(arg, bytes):
         return None
     try:
