@@ -140,14 +140,28 @@ def test_the_proxy_forwards_only_the_headers_the_client_names(server):
     seen = {}
 
     class Target(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def do_GET(self):
+            if self.path == "/events":  # an event stream, sent in two parts half a second apart
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for part in (b"data: one\n\n", b"data: two\n\n"):
+                    self.wfile.write(part)
+                    self.wfile.flush()
+                    time.sleep(0.5)
+                return
             seen.update({k.lower(): v for k, v in self.headers.items()})
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "12")
             self.end_headers()
             self.wfile.write(b'{"ok": true}')
 
         def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_response(204)
             self.end_headers()
 
@@ -165,6 +179,14 @@ def test_the_proxy_forwards_only_the_headers_the_client_names(server):
         assert httpx.post(url, headers=AUTH, json={}, timeout=10).status_code == 204
         bad = httpx.get(f"{server.url}/cors-proxy?url=file:///etc/passwd", headers=AUTH, timeout=10)
         assert bad.status_code == 400
+        arrivals = []
+        events = f"{server.url}/cors-proxy?url=http://127.0.0.1:{target.server_port}/events"
+        with httpx.stream("GET", events, headers=AUTH, timeout=10) as response:
+            for line in response.iter_lines():
+                if line:
+                    arrivals.append((time.monotonic(), line))
+        assert [line for _, line in arrivals] == ["data: one", "data: two"]
+        assert arrivals[1][0] - arrivals[0][0] > 0.3  # relayed as it came, not when it ended
     finally:
         target.shutdown()
         target.server_close()

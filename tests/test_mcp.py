@@ -123,3 +123,32 @@ def test_configs_are_checked(tmp_path):
     path.write_text('{"mcpServers": {"a": {"command": "x", "env": {"K": "v"}}, "no_command": {}}}')
     (only,) = mcp.load_config(str(path), None)
     assert only == mcp.ServerSpec("a", "x", env=(("K", "v"),))
+
+
+PAGED_SERVER = """
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg["method"] == "initialize":
+        result = {"protocolVersion": "2024-11-05", "capabilities": {"tools": {}}, "serverInfo": {"name": "p"}}
+    elif msg["method"] == "tools/list":
+        page = int(msg.get("params", {}).get("cursor") or 0)
+        result = {"tools": [{"name": f"t{page}", "inputSchema": {"type": "object"}}]}
+        if page < LAST:
+            result["nextCursor"] = str(page + 1)
+    else:
+        result = {"content": [{"type": "text", "text": "ran"}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("last, listed", [(2, 3), (10**6, mcp.MAX_PAGES)])
+def test_a_tool_list_in_pages_is_read_to_its_end_and_an_endless_one_is_cut(started, tmp_path, last, listed):
+    script = tmp_path / "paged.py"
+    script.write_text(PAGED_SERVER.replace("LAST", str(last)))
+    box = started(mcp.ServerSpec("paged", sys.executable, (str(script),)))
+    names = [t["tool"] for t in box.listing()]
+    assert len(names) == listed and names[:3] == ["paged_t0", "paged_t1", "paged_t2"]
+    assert box.invoke("paged_t1", {}) == {"plain_text_response": "ran"}

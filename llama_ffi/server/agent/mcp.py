@@ -28,6 +28,7 @@ log = logging.getLogger("llama_ffi.server")
 PROTOCOL_VERSION = "2024-11-05"
 DEFAULT_TIMEOUT_MS = 30000
 WARM_UP_SECONDS = 10.0
+MAX_PAGES = 100  # of tools/list: a server that always names a next page is cut off
 
 
 class McpError(Exception):
@@ -115,7 +116,8 @@ class Connection:
             raise McpError(f"cannot start MCP server {spec.name!r}: {error.strerror or error}") from None
         self.ids = itertools.count(1)
         self.pending: dict[int, concurrent.futures.Future] = {}
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the ids and the calls waiting
+        self.writing = threading.Lock()  # one message at a time on stdin (never held by the reader)
         self.closed = threading.Event()
         self.reader = threading.Thread(target=self._read, name=f"mcp-{spec.name}", daemon=True)
         self.reader.start()
@@ -131,11 +133,12 @@ class Connection:
                 raise McpError(f"MCP server {self.spec.name!r} is not running")
             rid = next(self.ids)
             self.pending[rid] = answer
-            try:
-                self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-            except OSError:
+        try:
+            self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        except OSError:
+            with self.lock:
                 self.pending.pop(rid, None)
-                raise McpError(f"MCP server {self.spec.name!r} is not running") from None
+            raise McpError(f"MCP server {self.spec.name!r} is not running") from None
         try:
             message = answer.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -150,12 +153,13 @@ class Connection:
         return result if isinstance(result, dict) else {}
 
     def notify(self, method: str) -> None:
-        with self.lock:
-            self._send({"jsonrpc": "2.0", "method": method})
+        self._send({"jsonrpc": "2.0", "method": method})
 
     def _send(self, message: dict) -> None:
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        self.proc.stdin.flush()
+        # a server that stops reading blocks this write, not the reader that takes its answers
+        with self.writing:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
 
     def _read(self) -> None:
         fd, buffer = self.proc.stdout.fileno(), b""
@@ -247,7 +251,13 @@ class McpServer:
             log.warning("%s: no tools listed", error)
             return
         try:
-            listed = conn.request("tools/list", {}, timeout).get("tools", [])
+            listed, cursor = [], None
+            for _ in range(MAX_PAGES):  # a long list comes in pages, each naming the next
+                page = conn.request("tools/list", {"cursor": cursor} if cursor else {}, timeout)
+                listed += page.get("tools", []) if isinstance(page.get("tools"), list) else []
+                cursor = page.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    break
             self.tools = [t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str)]
         except McpError as error:
             log.warning("MCP server %r: tools/list failed: %s", self.spec.name, error)

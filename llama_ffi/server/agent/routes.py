@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from llama_ffi.server.agent.runtime import RuntimeSpecError
 from llama_ffi.server.agent.toolbox import NotStreamable, Toolbox, UnknownTool
@@ -120,23 +120,29 @@ async def _proxied(request: Request) -> Response:
         if key.lower().startswith(PROXY_HEADER) and len(key) > len(PROXY_HEADER)
     }
     body = await request.body() if request.method == "POST" else None
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=PROXY_TIMEOUT)
 
-    def fetch() -> tuple[int, list[tuple[str, str]], bytes]:
-        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = kind(parts.hostname, parts.port, timeout=PROXY_TIMEOUT)
+    def open_answer() -> http.client.HTTPResponse:
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request(request.method, path, body=body, headers=headers)
+        return conn.getresponse()
+
+    try:
+        answer = await run_in_threadpool(open_answer)
+    except (OSError, http.client.HTTPException) as error:
+        conn.close()
+        raise ApiError(502, f"the proxied server did not answer: {error}") from None
+    kept = {k: v for k, v in answer.getheaders() if k.lower() not in HOP_BY_HOP}
+    if answer.status in (204, 304):
+        conn.close()
+        return Response(status_code=answer.status, headers=kept)
+
+    async def chunks():  # as they come: an MCP server's event stream is relayed live
         try:
-            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            conn.request(request.method, path, body=body, headers=headers)
-            answer = conn.getresponse()
-            return answer.status, answer.getheaders(), answer.read()
+            while chunk := await run_in_threadpool(answer.read1, 65536):
+                yield chunk
         finally:
             conn.close()
 
-    try:
-        status, answer_headers, content = await run_in_threadpool(fetch)
-    except (OSError, http.client.HTTPException) as error:
-        raise ApiError(502, f"the proxied server did not answer: {error}") from None
-    kept = {k: v for k, v in answer_headers if k.lower() not in HOP_BY_HOP}
-    if status in (204, 304):
-        return Response(status_code=status, headers=kept)
-    return Response(content, status_code=status, headers=kept)
+    return StreamingResponse(chunks(), status_code=answer.status, headers=kept)
