@@ -126,8 +126,9 @@ def test_a_command_gives_its_output_and_exit_code_and_streams_it(box, tmp_path):
     streamed = box.invoke("exec_shell_command", {"command": "echo one; sleep 0.3; echo two"}, on_chunk=chunks.append)
     assert len(chunks) >= 3 and "".join(chunks) == streamed["plain_text_response"]
     assert chunks[0] == "one\n" and chunks[-1] == "\n[exit code: 0]"
-    cut = box.invoke("exec_shell_command", {"command": "yes", "max_output_size": 100})
-    assert cut["plain_text_response"].startswith("y\n" * 50 + "\n[")
+    cut = box.invoke("exec_shell_command", {"command": "seq 1 2000", "max_output_size": 100})
+    kept, tail = cut["plain_text_response"].split("\n[exit code")
+    assert len(kept) == 100 and kept.startswith("1\n2\n3\n") and tail == ": 0]"
 
 
 def test_a_command_past_its_timeout_is_killed_with_what_it_started(box, tmp_path):
@@ -214,3 +215,10 @@ def test_the_tools_run_through_a_container_or_ssh_as_on_this_machine(spec, tree,
     assert away.invoke("read_file", {"path": "README.md"}, cwd=cwd, runtime_spec=header)["plain_text_response"]
     lines = log.read_text().splitlines()
     assert len(lines) >= 10 and lines[-1].startswith("exec -i c1" if header.startswith("docker") else "-T -o")
+
+
+def test_a_search_of_too_large_a_tree_stops_with_an_error(box, tree, monkeypatch):
+    monkeypatch.setattr(runtime, "LISTING_ENTRIES", 3)
+    for tool, params in (("file_glob_search", {}), ("grep_search", {"pattern": "x"})):
+        answer = box.invoke(tool, {**params, "path": str(tree)})
+        assert "holds too much to search" in answer["error"], answer

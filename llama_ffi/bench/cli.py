@@ -502,6 +502,11 @@ def main(argv: list[str] | None = None) -> int:
         "(pip install 'llama-ffi[ray]')",
     )
     ap.add_argument(
+        "--router",
+        action="store_true",
+        help="add the router table: milliseconds a short request takes in router mode against one model alone",
+    )
+    ap.add_argument(
         "--soak",
         type=float,
         metavar="MINUTES",
@@ -564,6 +569,10 @@ def main(argv: list[str] | None = None) -> int:
         from llama_ffi.bench import replicas as bench_replicas
 
         print(bench_replicas.replicas_table(bench_replicas.bench(args.model, args.threads, args.repeats)))
+    if args.router:
+        from llama_ffi.bench import router as bench_router
+
+        print(bench_router.router_table(bench_router.bench(args.model, args.threads, args.repeats)))
     if args.server:
         from llama_ffi.bench import server as bench_server
 

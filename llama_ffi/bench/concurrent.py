@@ -97,15 +97,15 @@ class HttpServer:
     batched tables' context and batch sizes, answering ``/v1/completions`` of ``N_GEN`` greedy
     tokens (``ignore_eos``, plus ``extra`` body fields); stopped with SIGTERM."""
 
-    def __init__(self, command: list[str], model: str, threads: int, n: int, extra: dict | None = None) -> None:
+    def __init__(self, command: list[str], model: str | None, threads: int, n: int, extra: dict | None = None) -> None:
+        """``model`` None: ``command`` names the models (router mode's ``--models-preset``)."""
         from llama_ffi.rpc import free_port
 
         self.port, self.extra = free_port(), dict(extra or {})
         self.proc = subprocess.Popen(
             [
                 *command,
-                "-m",
-                model,
+                *(("-m", model) if model is not None else ()),
                 "-t",
                 str(threads),
                 "-c",

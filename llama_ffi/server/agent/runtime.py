@@ -31,6 +31,8 @@ _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./:@-]*")
 _SSH_TARGET = re.compile(r"[A-Za-z0-9_.@:\[\]-]+")
 HELPER_TIMEOUT = 15.0  # seconds for a listing, a read or a write away from this machine
+LISTING_SECONDS = 15.0  # a walk of this machine's files stops here (a search of "/" must not run on)
+LISTING_ENTRIES = 200_000
 
 
 class RuntimeSpecError(ValueError):
@@ -41,6 +43,10 @@ class _Exit(OSError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class ListingTooLarge(OSError):
+    pass
 
 
 class Ran:
@@ -153,10 +159,14 @@ class Host(_Place):
         return os.path.isdir(path)
 
     def entries(self, base: str, max_depth: int) -> list[tuple[str, bool]]:
-        """(path relative to ``base``, is a directory) below ``base``, ``max_depth`` levels (0: all)."""
+        """(path relative to ``base``, is a directory) below ``base``, ``max_depth`` levels (0: all);
+        a walk past ``LISTING_SECONDS`` or ``LISTING_ENTRIES`` is a ``ListingTooLarge``."""
         out: list[tuple[str, bool]] = []
         stack = [("", 1)]
+        deadline = time.monotonic() + LISTING_SECONDS
         while stack:
+            if len(out) > LISTING_ENTRIES or time.monotonic() > deadline:
+                raise ListingTooLarge(f"{base} holds too much to search (over {len(out)} entries): narrow the path")
             rel, depth = stack.pop()
             try:
                 with os.scandir(os.path.join(base, rel) if rel else base) as it:

@@ -85,7 +85,7 @@ class Toolbox:
             self.calls.add(call)
         try:
             return tool.run(params, call)
-        except ToolError as error:
+        except (ToolError, OSError) as error:  # OSError: a listing too large, a runtime that failed
             return {"error": str(error)}
         finally:
             with self.lock:
