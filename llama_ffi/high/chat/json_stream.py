@@ -26,10 +26,6 @@ class JsonCanon:
         self.comma = False  # a "," read and held: it is written with what follows it, or dropped at a cut
         self.key: list[str] | None = None  # an object key being read: written whole once it ends
 
-    @property
-    def depth(self) -> int:
-        return len(self.stack)
-
     def feed(self, text: str) -> tuple[str, str]:
         """(canonical text to emit, raw text left after the value ended)."""
         out = []
