@@ -72,6 +72,7 @@ def create_router_app(
         return {"status": "ok"}
 
     downloads: set[str] = set()  # POST /models in progress, by the id the model will have
+    fetching: set[asyncio.Task] = set()  # their tasks, held until done (the loop keeps only weak ones)
 
     @app.get("/models")
     @app.get("/v1/models")
@@ -99,7 +100,9 @@ def create_router_app(
         if model_id in fleet.hosts or model_id in downloads:
             raise ApiError(400, f"model '{model_id}' already exists", "model")
         downloads.add(model_id)
-        asyncio.ensure_future(_download(spec, model_id))
+        task = asyncio.ensure_future(_download(spec, model_id))
+        fetching.add(task)
+        task.add_done_callback(fetching.discard)
         return {"success": True}
 
     async def _download(spec: str, model_id: str) -> None:
