@@ -73,9 +73,10 @@ def _tool_body(raw: bytes) -> tuple[str, dict, bool]:
 
 
 def _streamed(toolbox: Toolbox, name: str, params: dict, cwd: str | None, spec: str | None) -> EventStream:
-    tool = toolbox.tools.get(name)
-    if tool is None or not tool.streams:
-        raise ApiError(404, f"unknown tool: {name!r}" if tool is None else f"tool {name!r} cannot stream", "tool")
+    try:
+        toolbox.tool(name, streamed=True)  # refused before the stream starts: a 404, not an event
+    except (UnknownTool, NotStreamable) as error:
+        raise ApiError(404, str(error), "tool") from None
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()

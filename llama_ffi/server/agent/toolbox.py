@@ -58,6 +58,15 @@ class Toolbox:
     def listing(self) -> list[dict]:
         return [tool.listing() for tool in self.tools.values()]
 
+    def tool(self, name: str, streamed: bool = False) -> Tool:
+        """The tool ``name`` names: ``UnknownTool``, or ``NotStreamable`` when it cannot stream."""
+        tool = self.tools.get(name)
+        if tool is None:
+            raise UnknownTool(f"unknown tool: {name!r}")
+        if streamed and not tool.streams:
+            raise NotStreamable(f"tool {name!r} cannot stream its output")
+        return tool
+
     def invoke(
         self,
         name: str,
@@ -69,11 +78,7 @@ class Toolbox:
     ) -> dict:
         """The tool's answer, or ``{"error": ...}`` for a call it refused. ``UnknownTool``,
         ``NotStreamable`` and ``runtime.RuntimeSpecError`` are the request's faults."""
-        tool = self.tools.get(name)
-        if tool is None:
-            raise UnknownTool(f"unknown tool: {name!r}")
-        if on_chunk is not None and not tool.streams:
-            raise NotStreamable(f"tool {name!r} cannot stream its output")
+        tool = self.tool(name, streamed=on_chunk is not None)
         place = runtime.parse(runtime_spec, from_header=True) if runtime_spec else self.place
         if tool.kind == "server":
             params = dict(params)
