@@ -94,7 +94,7 @@ def remove(spec: str, cache: Path | None = None) -> bool:
     snapshots = repo / "snapshots"
     removed = False
     for path in sorted(snapshots.glob("*/**/*.gguf")) if snapshots.is_dir() else ():
-        if quant_tag(path.name) != tag.upper() and quant_tag(_first_part(path.name)) != tag.upper():
+        if quant_tag(_first_part(path.name)) != tag.upper():  # every part of a split model: by its first
             continue
         blob = path.resolve() if path.is_symlink() else None
         path.unlink()
