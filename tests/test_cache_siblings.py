@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from test_engine import run_threads
 
+from bench.near_tie import assert_same_or_near_tie, logits_gap, parallel_bound
 from llama_ffi.high import Llama, LlamaDiskCache
 from llama_ffi.high.batch import Batch
-from llama_ffi.near_tie import assert_same_or_near_tie, logits_gap, parallel_bound
 
 PREAMBLES = [
     "The museum opens at nine and closes at five. Tickets are sold at the entrance hall.",
@@ -44,7 +44,8 @@ def test_a_copied_sequence_holds_its_source_at_once(separate_pools):
     n = len(asked)
     separate_pools.reset()
     batch = Batch(512)
-    with separate_pools.single(idle=True):
+
+    def copy_and_decode() -> tuple[np.ndarray, np.ndarray]:
         ctx.decode(batch.fill(other, 0, 1).c)  # what sequence 1's pool held before
         ctx.decode(batch.fill(asked, 0, 0).c)
         want = ctx.logits().copy()
@@ -53,7 +54,9 @@ def test_a_copied_sequence_holds_its_source_at_once(separate_pools):
         ctx.set_seq_state_bytes(2, saved)
         ctx.seq_rm(2, n - 1)
         ctx.decode(batch.fill(asked[n - 1 :], n - 1, 2).c)
-        got = ctx.logits().copy()
+        return want, ctx.logits().copy()
+
+    want, got = separate_pools.run_on_context(copy_and_decode, idle=True)
     batch.close()
     separate_pools.reset()
     # the last token decoded alone against within the prompt's batch: at most this machine's gap

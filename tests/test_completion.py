@@ -16,10 +16,10 @@ from conftest import REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.near_tie import assert_same_or_near_tie
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.text_output import StopMatcher
 from llama_ffi.high.tokenizer import TextStream
-from llama_ffi.near_tie import assert_same_or_near_tie
 
 STORY = "Write a short story about a robot:"
 
@@ -309,7 +309,7 @@ def test_logprobs(llm):
 def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     """Against numpy: the prompt and the generated tokens evaluated again in one batch, a log-softmax
     in float64 per position (tolerance: the batch-vs-single logit gap near_tie measures)."""
-    from llama_ffi import near_tie
+    from bench import near_tie
 
     prompt = llm.tokenize("The capital of France is", special=True)
     llm.reset()
@@ -489,7 +489,7 @@ def test_garbage_collection_frees(smollm2_path):
 
 
 def test_two_threads_on_one_llama_each_get_their_own_output(llm):
-    from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
+    from bench.near_tie import assert_same_or_near_tie, parallel_bound
 
     prompts = ["The capital of France is", "def fibonacci(n):"]
     got: dict[int, list[str]] = {0: [], 1: []}
@@ -650,13 +650,16 @@ def test_greedy_argmax_is_the_first_maximum(llm, values, top, n_vocab):
     """The C argmax (blockwise, vectorised) against numpy's first-maximum rule, ties included."""
     from llama_ffi import ffi, lib
 
-    with llm.single():
+    def argmax_and_want() -> tuple[int, int]:
         llm.main_sequence.eval_prompt(llm.tokenize("a"))
         logits = llm.context.logits(-1)
         logits[:] = np.resize(np.asarray(values, dtype=np.float32), logits.shape)
         logits[top % n_vocab] += 0.5 * (top % 3)  # sometimes a unique maximum, sometimes ties
         want = int(np.argmax(logits[:n_vocab]))
-        assert lib.llama_ffi_argmax(llm.context.ptr, -1, n_vocab, ffi.NULL, ffi.NULL, 0) == want
+        return lib.llama_ffi_argmax(llm.context.ptr, -1, n_vocab, ffi.NULL, ffi.NULL, 0), want
+
+    got, want = llm.run_on_context(argmax_and_want)
+    assert got == want
 
 
 def test_tokens_the_model_suppresses_are_never_sampled(tmp_path):

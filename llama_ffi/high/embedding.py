@@ -196,11 +196,15 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
             raise ValueError(f"input {i} has no tokens")
     n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else llm.loaded_model.n_embd
     out: list[np.ndarray] = [np.empty(0)] * len(texts)
-    with llm.engine.exclusive(main=False, spare=True), ctx.embedding_mode():
-        seqs = [slot.seq for slot in llm.engine.slots.spare(len(token_lists))]
-        counted = llm.engine.stats.count_embedding
-        for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out, seqs, decoded=counted):
-            out[index] = vec
+
+    def embed_in_spare_slots() -> None:
+        with ctx.embedding_mode():
+            seqs = [slot.seq for slot in llm.engine.slots.spare(len(token_lists))]
+            counted = llm.engine.stats.count_embedding
+            for index, vec in embed_token_lists(ctx, token_lists, pooling, n_out, seqs, decoded=counted):
+                out[index] = vec
+
+    llm.engine.run(embed_in_spare_slots, main=False, spare=True)
     return out, sum(len(t) for t in token_lists)
 
 

@@ -2,13 +2,14 @@
 
 It owns the model and the context (``close()``, ``with``, GC). Every generation request goes
 through its engine (``llama_ffi.high.engine``), which decodes the requests of all threads
-together; single-sequence work (``eval``, ``save_state``) takes the context between two steps.
+together; single-sequence work (``eval``, ``save_state``) is a task its loop runs between two steps.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,6 +24,8 @@ from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.speculative import SpeculativeStats
+
+T = TypeVar("T")
 
 
 class Llama:
@@ -55,7 +58,6 @@ class Llama:
         self.speculative = p.speculative
         self._parts = parts = loading.load(model_path, p, mmproj_path, media_handler)
         self._model, self.tokenizer, self.counters = parts.model, parts.tokenizer, parts.counters
-        self.lock = parts.lock
         self.model_params = parts.model.params  # llama-cpp-python's attribute (the C struct)
         self._context, self._batch, self.mtmd = parts.context, parts.batch, parts.mtmd
         self.adapters, self.main_sequence = parts.adapters, parts.main_sequence
@@ -206,28 +208,29 @@ class Llama:
     def n_evaluated(self, value: int) -> None:
         self.counters.evaluated = value
 
-    def single(self, idle: bool = False):
-        """``with llm.single():`` the main slot for single-sequence work, between the engine's steps
-        (``idle``: once no request runs)."""
+    def run_on_context(self, work: Callable[[], T], idle: bool = False) -> T:
+        """``work()`` run by the engine's loop between two steps, with the main slot idle (``idle``:
+        once no request runs): single-sequence work on the context. Returns what it returns."""
         self.context  # noqa: B018 - a clear error for a closed or vocab_only Llama
-        return self.engine.exclusive(idle=idle)
+        return self.engine.run(work, idle=idle)
 
     def reset(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
-        with self.single():
+
+        def forget_idle_slots() -> None:
             for slot in self.engine.slots.idle():
                 self.engine.slots.forget(slot)
 
+        self.run_on_context(forget_idle_slots)
+
     def eval_prompt(self, prompt: Sequence[int]) -> None:
         """Make the main slot's cache hold exactly ``prompt``, evaluating only what is not cached."""
-        with self.single():
-            self.main_sequence.eval_prompt(prompt)
+        self.run_on_context(lambda: self.main_sequence.eval_prompt(prompt))
 
     def warm_up(self) -> None:
         """llama.cpp's warm-up at load (``Llama(..., warmup=True)``): decode BOS and EOS once and
         forget them, so that the first prompt does not pay for touching the weights."""
-        with self.single(idle=True):
-            self.main_sequence.warm_up()
+        self.run_on_context(self.main_sequence.warm_up, idle=True)
 
     @property
     def memory_is_recurrent(self) -> bool:
@@ -236,12 +239,12 @@ class Llama:
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``)."""
-        with self.single():
-            self.main_sequence.eval(tokens)
+        self.run_on_context(lambda: self.main_sequence.eval(tokens))
 
     def logits(self) -> np.ndarray:
-        """Zero-copy view of the logits of the last evaluated token."""
-        return self.context.logits(-1)
+        """Zero-copy view of the logits of the last evaluated token (taken in the engine's turn)."""
+        context = self.context
+        return self.engine.run(lambda: context.logits(-1), main=False)
 
     def sample(
         self, *, grammar: LlamaGrammar | None = None, logits_processor=None, idx: int | None = None, **sampling
@@ -249,9 +252,8 @@ class Llama:
         """Sample one token with a fresh sampler chain from the logits of the last evaluated
         token (``idx``: of that cached position, with ``logits_all=True``)."""
         compat.completion_options(sampling)
-        with self.single():
-            params, processors = self.sampling_params(**sampling), completion.as_list(logits_processor)
-            return self.main_sequence.sample(params, grammar, processors, idx, self.n_ctx)
+        params, processors, n_ctx = self.sampling_params(**sampling), completion.as_list(logits_processor), self.n_ctx
+        return self.run_on_context(lambda: self.main_sequence.sample(params, grammar, processors, idx, n_ctx))
 
     def generate(
         self,
@@ -417,7 +419,8 @@ class Llama:
     @property
     def scores(self) -> np.ndarray:
         """(n_tokens, n_vocab) logits of the cached positions (see ``compat.scores``)."""
-        return compat.scores(self)
+        self.context  # noqa: B018 - a clear error for a closed or vocab_only Llama
+        return self.engine.run(lambda: compat.scores(self), main=False)
 
     def set_seed(self, seed: int) -> None:
         """The default seed of later requests (-1 or LLAMA_DEFAULT_SEED: a random one)."""
@@ -432,14 +435,16 @@ class Llama:
     # ---- adapters (llama_ffi.high.adapters; the JamePeng fork's API) --------------------------------
     def load_lora(self, name: str, path: str | os.PathLike) -> None:
         """Load a LoRA adapter once; requests choose it with ``active_loras=[{"name": name, "scale": s}]``."""
-        with self.lock:
-            self.adapters.load(name, path)
+        self.run_on_context(lambda: self.adapters.load(name, path))
 
     def unload_lora(self, name: str) -> None:
         """Free an adapter. An unfinished request or stream using it makes this an error."""
-        with self.single():
+
+        def unload() -> None:
             self.engine.slots.forget_adapter(name)  # caches computed under it are forgotten with it
             self.adapters.unload(name, self.context)
+
+        self.run_on_context(unload)
 
     @property
     def loras(self) -> dict[str, dict]:

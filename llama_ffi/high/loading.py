@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -141,7 +140,6 @@ class Parts:
     model: Model
     tokenizer: Tokenizer
     counters: Counters
-    lock: threading.Lock
     context: Context | None = None
     speculation: Speculation | None = None
     drafters: Any = None  # until the speculation owns them
@@ -173,7 +171,7 @@ def load(model_path: str | os.PathLike, p: LlamaParams, mmproj_path, media_handl
     """The parts of a ``Llama``, made in order; a failing step frees what was made before it."""
     cparams = p.context_params()
     model = Model(model_path, p.model_params())
-    parts = Parts(model, Tokenizer(model), Counters(), threading.Lock())
+    parts = Parts(model, Tokenizer(model), Counters())
     if p.vocab_only:
         return parts
     try:
@@ -191,9 +189,7 @@ def load(model_path: str | os.PathLike, p: LlamaParams, mmproj_path, media_handl
             adapters.default = adapters.select([{"name": name, "scale": p.lora_scale}], None)
         if parts.drafters is not None:
             parts.speculation = Speculation(p.speculative, parts.drafters, context)
-        parts.engine = Engine(
-            context, parts.batch, parts.tokenizer, adapters, parts.lock, parts.counters, parts.speculation
-        )
+        parts.engine = Engine(context, parts.batch, parts.tokenizer, adapters, parts.counters, parts.speculation)
         parts.main_sequence = MainSequence(
             context, parts.batch, parts.engine, parts.tokenizer, parts.counters, flag("logits_all", p.logits_all)
         )

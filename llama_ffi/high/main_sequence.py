@@ -1,6 +1,6 @@
 """The main sequence: the slot of a ``Llama``'s latest request, and the single-sequence work that
 llama-cpp-python's API does on it (``eval``, ``eval_prompt``, the warm-up, ``load_state``'s last
-token). It decodes into that slot between the engine's steps (the caller holds ``Llama.single()``),
+token). It decodes into that slot between the engine's steps (a task of its loop: ``Llama.run_on_context``),
 and records each decode as a step does (``Engine.decoded``): every row's logits kept under
 ``logits_all``, an MTP drafter shown the hidden states."""
 

@@ -1,6 +1,6 @@
 """One slot's cache in a file (llama-server's ``/slots/{id}?action=save|restore|erase``): the cells
-of that slot's sequence with the tokens they hold, in ``state``'s checked format. Each action runs
-between the engine's steps while the slot is idle; a restored slot serves the next prompt that
+of that slot's sequence with the tokens they hold, in ``state``'s checked format. Each action is a task
+the engine's loop runs between two steps while the slot is idle; a restored slot serves the next prompt that
 shares its prefix as if it had computed it (the request may pin the slot: ``slot_id``)."""
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ class SlotFiles:
     def save(self, slot_id: int, path: str | os.PathLike) -> int:
         """Write what slot ``slot_id`` holds to ``path``; returns its number of tokens."""
         llm = self.llm
-        with llm.engine.exclusive(main=False):
-            tokens, data = state.encode_slot(llm, _idle_slot(llm, slot_id))
+        tokens, data = llm.engine.run(lambda: state.encode_slot(llm, _idle_slot(llm, slot_id)), main=False)
         state.write(path, data)
         return len(tokens)
 
@@ -43,7 +42,8 @@ class SlotFiles:
         if whole_context:
             raise ValueError(f"{os.fspath(path)} holds a whole context's state (save_state), not one slot's")
         tokens, spans, selection = state.checked_cells(llm, header)
-        with llm.engine.exclusive(main=False):
+
+        def restore() -> None:
             slot = _idle_slot(llm, slot_id)
             try:
                 llm.context.set_seq_state_bytes(slot.seq, cells)
@@ -53,13 +53,18 @@ class SlotFiles:
             slot.tokens, slot.media_spans = tokens, spans
             slot.selection, slot.prompt_cells = (selection if tokens else None), 0
             llm.engine.slots.touch(slot)
+
+        llm.engine.run(restore, main=False)
         return len(tokens)
 
     def erase(self, slot_id: int) -> int:
         """Empty slot ``slot_id``; returns how many tokens it held."""
         llm = self.llm
-        with llm.engine.exclusive(main=False):
+
+        def erase() -> int:
             slot = _idle_slot(llm, slot_id)
             held = len(slot.tokens)
             llm.engine.slots.forget(slot)
-        return held
+            return held
+
+        return llm.engine.run(erase, main=False)

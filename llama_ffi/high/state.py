@@ -200,8 +200,7 @@ def encode_slot(llm, slot) -> tuple[list[int], bytes]:
 def save(llm, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
     """The main sequence's state (KV cache) with the tokens it holds: returned as bytes (with
     llama-cpp-python's LlamaState attributes), or written to ``path``. ``load`` takes either."""
-    with llm.single():
-        tokens, data = encode_slot(llm, llm.main_slot)
+    tokens, data = llm.run_on_context(lambda: encode_slot(llm, llm.main_slot))
     if path is None:
         return compat.LlamaState(data, tokens, llm.seed)
     write(path, data)
@@ -258,7 +257,8 @@ def checked_cells(llm, header: dict) -> tuple[list[int], list, Selection]:
 def load(llm, saved: bytes | str | os.PathLike) -> None:
     header, context_state, whole_context = decode(read(saved), producer_of(llm.context))
     tokens, spans, selection = checked_cells(llm, header)
-    with llm.single(idle=whole_context):
+
+    def restore() -> None:
         main = llm.main_slot
         try:
             if whole_context:
@@ -283,3 +283,5 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
             llm.context.seq_rm(main.seq, last_pos, -1)
             last = main.tokens.pop()
             llm.main_sequence.decode([last], last_pos)
+
+    llm.run_on_context(restore, idle=whole_context)

@@ -8,14 +8,13 @@ step (``engine.step``). A request whose delivery fails (its caller's event loop 
 cancelled alone; a step that fails in a way no request explains ends the requests in flight with
 the error, and the loop goes on serving.
 
-Single-sequence work (``Llama.eval``, ``save_state``) and embeddings (in idle slots) run in their
-caller's thread between two steps (``exclusive()``): the loop waits while such a caller holds the
-context.
+Every other piece of work on the context — ``Llama.eval``, ``save_state``, slot files, embeddings
+(in idle slots), LoRA loads, status snapshots — is a context task (``engine.tasks``) that the loop
+runs in its turn, between reaping and admission: no thread but the loop's touches the context.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sys
 import threading
@@ -30,6 +29,7 @@ from llama_ffi.high.engine.slots import SlotTable
 from llama_ffi.high.engine.speculation import Speculation
 from llama_ffi.high.engine.stats import Counters, EngineStats, EngineStatus, SlotStatus
 from llama_ffi.high.engine.step import Stepper
+from llama_ffi.high.engine.tasks import ContextTask, runnable
 from llama_ffi.high.engine.work import Work
 from llama_ffi.high.multimodal.prompt import MediaPrompt
 
@@ -38,12 +38,11 @@ CLOSED = "its Llama was closed: this stream can produce nothing more"
 
 class Engine:
     def __init__(
-        self, context, batch, tokenizer, adapters, lock, counters: Counters, speculation: Speculation | None = None
+        self, context, batch, tokenizer, adapters, counters: Counters, speculation: Speculation | None = None
     ) -> None:
         self.context = context
         self.speculation = speculation
         self.adapters = adapters
-        self.lock = lock  # steps and single-sequence work take turns
         self.counters = counters
         self.slots = SlotTable(context, context.n_seq_max)
         self.work = Work(self.slots)
@@ -53,10 +52,10 @@ class Engine:
         self.before_step: Callable[[], None] | None = None
         self._cond = threading.Condition()
         self._incoming: list[Request] = []
+        self._tasks: list[ContextTask] = []  # context tasks waiting for their turn
+        self._running: ContextTask | None = None  # the task the loop runs now
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._exclusive = 0  # single-sequence callers waiting for the context
-        self._turns = 0  # loop passes so far: a single-sequence caller waits for the next one
 
     @property
     def stats(self) -> EngineStats:
@@ -66,22 +65,56 @@ class Engine:
     def submit(self, request: Request) -> None:
         """Queue ``request`` for the loop (started here with the first request)."""
         with self._cond:
-            if self._closed:
-                raise ClosedError("this Llama has been closed")
-            self._incoming.append(request)
-            if self._thread is None or not self._thread.is_alive():  # first request, or a forked child
-                self._thread = threading.Thread(target=self._loop, name="llama-ffi-engine", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+            self._queue(self._incoming, request)
+
+    def _queue(self, queue: list, item) -> None:
+        """Under ``_cond``: ``item`` joins ``queue``; the loop starts with the first item."""
+        if self._closed:
+            raise ClosedError("this Llama has been closed")
+        queue.append(item)
+        if self._thread is None or not self._thread.is_alive():  # first request, or a forked child
+            self._thread = threading.Thread(target=self._loop, name="llama-ffi-engine", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def run(self, work: Callable[[], object], main: bool = True, idle: bool = False, spare: bool = False):
+        """Run ``work()`` in the loop's turn, between two steps, and return what it returns (or raise
+        what it raised). ``main``: the main slot is made an idle one first (see
+        ``SlotTable.idle_main``) and the adapters its cache was computed under are applied;
+        ``idle``: once no request runs; ``spare``: once some slot is idle (work in sequences of its
+        own, such as embeddings)."""
+        task = ContextTask(self._on_main(work) if main else work, main, idle, spare)
+        if threading.current_thread() is self._thread:
+            if self._running is None:
+                raise RuntimeError(
+                    "work on the context cannot start from inside a step (a request's callback): "
+                    "it would wait for the turn it is running in"
+                )
+            return task.work()  # a task's own part (``scores`` reads the logits): already in its turn
+        with self._cond:
+            self._queue(self._tasks, task)
+        return task.outcome()
+
+    def _on_main(self, work: Callable[[], object]) -> Callable[[], object]:
+        def on_main():  # compute under what the main sequence's cache was computed under
+            slot = self.slots.main
+            selection = slot.selection if slot.tokens and slot.selection is not None else self.adapters.default
+            self.adapters.apply(self.context, selection)
+            slot.selection = copy_of(selection)
+            return work()
+
+        return on_main
 
     def next_item(self, request: Request):
         """The next item of ``request``'s channel, waiting for it."""
         return request.channel.get()
 
     def cancel(self, request: Request, wait: bool = True) -> None:
-        """The caller gave up (stream closed, task cancelled, Ctrl-C): a decode evaluating its prompt
-        stops (the others in it are decoded again at the next step), and its slots are freed at the
-        loop's next turn, which ``wait`` waits for, so the caches are settled when this returns."""
+        """The caller gave up (stream closed, task cancelled, Ctrl-C): the request is marked, and the
+        loop's next turn reaps it and frees its slots, which ``wait`` waits for, so the caches are
+        settled when this returns. A decode evaluating its prompt is told to stop: the abort flag
+        that llama.cpp's abort callback reads is the one thing set from this thread (the loop is
+        inside ``llama_decode`` then); the others in that decode are decoded again at the next step."""
         with self._cond:
             if request.finished:
                 return
@@ -103,47 +136,14 @@ class Engine:
         return bool(self._incoming) or self.work.busy()
 
     def status(self) -> EngineStatus:
-        """Slots, waiting requests and running totals, as of now (read without stopping the loop)."""
+        """Slots, waiting requests and running totals: a snapshot the loop makes in its next turn."""
+        return self.run(self._snapshot, main=False)
+
+    def _snapshot(self) -> EngineStatus:
         slots = tuple(SlotStatus(s.seq, s.owner is not None, len(s.tokens)) for s in self.slots.slots)
         with self._cond:
-            waiting = len(self._incoming) + len({id(g.request) for g in list(self.work.waiting)})
+            waiting = len(self._incoming) + len({id(g.request) for g in self.work.waiting})
         return EngineStatus(slots, waiting, dataclasses.replace(self.stats), self.counters.evaluated)
-
-    @contextlib.contextmanager
-    def exclusive(self, main: bool = True, idle: bool = False, spare: bool = False):
-        """The context between two steps, for single-sequence work: ``main`` makes the main slot an
-        idle one (see ``SlotTable.idle_main``), ``idle`` waits until no request runs, ``spare``
-        until some slot is idle (work in sequences of its own, such as embeddings)."""
-        settled = False  # no loop runs: nothing will change, take the context as it is
-        while True:
-            with self._cond:
-                self._exclusive += 1
-            try:
-                self.lock.acquire()
-            finally:
-                with self._cond:
-                    self._exclusive -= 1
-                    seen = self._turns
-            if settled or (
-                not (idle and self.busy()) and (not main or self.slots.idle_main()) and (not spare or self.slots.idle())
-            ):
-                break
-            self.lock.release()
-            with self._cond:  # only a turn of the loop ends requests: wait for the next one
-                self._cond.notify_all()
-                while self._turns == seen and self._loop_alive():
-                    self._cond.wait()
-                settled = not self._loop_alive()
-        if main:  # compute under what the main sequence's cache was computed under
-            slot = self.slots.main
-            selection = slot.selection if slot.tokens and slot.selection is not None else self.adapters.default
-            self.adapters.apply(self.context, selection)
-            slot.selection = copy_of(selection)
-        try:
-            yield self.slots.main
-        finally:
-            self.lock.release()
-            self.wake()
 
     def close(self) -> None:
         """Refuse new requests, end the streams, and wait for the requests in flight."""
@@ -159,31 +159,48 @@ class Engine:
     def _loop(self) -> None:
         try:
             while self._next_turn():
-                with self.lock:
-                    try:
-                        self._turn()
-                    except Exception as error:  # a defect: fail the requests in flight, keep serving
-                        logger.error("engine step failed; the requests in flight end with it: %r", error)
-                        self.work.fail_all(error)
+                try:
+                    self._turn()
+                except Exception as error:  # a defect: fail the requests in flight, keep serving
+                    logger.error("engine step failed; the requests in flight end with it: %r", error)
+                    self.work.fail_all(error)
         finally:
             with self._cond:
                 self._thread = None
+                for task in self._tasks:  # only when the loop itself failed: tell its callers
+                    task.fail(ClosedError("the engine's loop ended before this work ran"))
+                self._tasks.clear()
                 self._cond.notify_all()
 
     def _next_turn(self) -> bool:
         """Wait until a turn has something to do; False when closed with nothing left."""
         with self._cond:
-            self._turns += 1
-            self._cond.notify_all()  # single-sequence callers waiting for the end of a turn
             while True:
                 self.work.waiting.extend(g for r in self._incoming for g in r.groups)
                 self._incoming.clear()
-                if self._closed and not self.work.busy():
+                if self._closed and not self.work.busy() and not self._tasks:
                     return False
-                if not self._exclusive and self._ready():
+                if self._ready() or self._runnable_task() is not None:
                     return True
-                self._cond.notify_all()  # single-sequence callers waiting for an idle engine
                 self._cond.wait()
+
+    def _runnable_task(self) -> ContextTask | None:
+        """The first waiting task that can run now (the loop's thread, under ``_cond``)."""
+        return next((t for t in self._tasks if runnable(t, self.busy(), self.slots)), None)
+
+    def _run_tasks(self) -> None:
+        """Every waiting task that can run, in order of arrival (one may make the next runnable)."""
+        while True:
+            with self._cond:
+                task = self._runnable_task()
+                if task is None:
+                    return
+                self._tasks.remove(task)
+            self._running = task
+            try:
+                task.run()
+            finally:
+                self._running = None
 
     def _ready(self) -> bool:
         if self._closed and any(r.streamed and not r.cancelled for r in self.work.requests()):
@@ -196,6 +213,7 @@ class Engine:
         if self._closed:
             self._end_streams()
         self.admission.reap()
+        self._run_tasks()
         admitted = self.admission.admit()
         if self.before_step is not None:
             self.before_step()

@@ -232,5 +232,8 @@ def install(llm, cache: LlamaCache | None) -> None:
     """``Llama.set_cache``: the engine's slots keep what they lose in ``cache``."""
     if cache is not None and not isinstance(cache, LlamaCache):
         raise RequestTypeError("set_cache takes a LlamaRAMCache, a LlamaDiskCache or None")
-    with llm.single():
+
+    def set_cache() -> None:
         llm.engine.slots.cache = cache
+
+    llm.run_on_context(set_cache)
