@@ -8,13 +8,13 @@ import json
 import subprocess
 import sys
 
-from llama_ffi.bench.common import N_PROMPT, _median
+from bench.common import N_PROMPT, _median
 
 # Run in each interpreter: the same tests the main table runs, with that interpreter's llama-ffi.
 _PROBE = """
 import json, sys
 import llama_ffi
-from llama_ffi.bench.common import ffi_generation_test, ffi_prompt_test
+from bench.common import ffi_generation_test, ffi_prompt_test
 model, threads, n_prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 _, _, pp = ffi_prompt_test(model, threads, n_prompt)
 tg, overhead = ffi_generation_test(model, threads)

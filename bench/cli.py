@@ -1,7 +1,7 @@
 """Side-by-side benchmark: llama.cpp's native ``llama-bench``, llama-ffi, and llama-cpp-python
 (when installed), on the same model and thread count.
 
-    python -m llama_ffi.bench [-m MODEL] [-t 2] [-r 5] [--llama-bench PATH] [-s [--draft-model D]]
+    python -m bench [-m MODEL] [-t 2] [-r 5] [--llama-bench PATH] [-s [--draft-model D]]
 
 Measured per implementation: load time, prompt t/s (256 tokens, warm; a second table gives 256 and
 512 tokens cold and warm against llama-bench), generation t/s (128 tokens,
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from llama_ffi.bench.common import (
+from bench.common import (
     N_GEN,
     N_PROMPT,
     PROMPT_SIZES,
@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         print(speculative_table(rows))
-        from llama_ffi.bench import speculative_callers
+        from bench import speculative_callers
 
         repetitive = {k: v for k, v in SPEC_PROMPTS.items() if "repetitive" in k}
         print(
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     if args.mmproj:
-        from llama_ffi.bench import mtmd as bench_mtmd
+        from bench import mtmd as bench_mtmd
 
         image = args.image or str(Path("vendor/llama.cpp/tools/mtmd/test-1.jpeg"))
         bench_bin = find_llama_bench(args.llama_bench)
@@ -560,21 +560,21 @@ def main(argv: list[str] | None = None) -> int:
         cli = cli if cli and cli.is_file() else None
         print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
     if args.soak:
-        from llama_ffi import soak
+        from bench import soak
 
         result = soak.soak(args.model, args.soak, args.threads)
         print(soak.soak_table(result))
         return 0 if result["wrong"] == 0 and result["unexpected_errors"] == 0 else 1
     if args.replicas:
-        from llama_ffi.bench import replicas as bench_replicas
+        from bench import replicas as bench_replicas
 
         print(bench_replicas.replicas_table(bench_replicas.bench(args.model, args.threads, args.repeats)))
     if args.router:
-        from llama_ffi.bench import router as bench_router
+        from bench import router as bench_router
 
         print(bench_router.router_table(bench_router.bench(args.model, args.threads, args.repeats)))
     if args.server:
-        from llama_ffi.bench import server as bench_server
+        from bench import server as bench_server
 
         bench_bin = find_llama_bench(args.llama_bench)
         if bench_bin is None:
@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.concurrent:
-        from llama_ffi.bench import concurrent
+        from bench import concurrent
 
         bench_bin = find_llama_bench(args.llama_bench)
         if bench_bin is None:
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         print(concurrent.concurrent_table(rows, latency))
         return 0
     if args.parallel:
-        from llama_ffi.bench import parallel as bench_parallel
+        from bench import parallel as bench_parallel
 
         bench_bin = find_llama_bench(args.llama_bench)
         batched = bench_bin.with_name("llama-batched-bench") if bench_bin else None
@@ -613,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
             batched = None
         print(bench_parallel.parallel_table(bench_parallel.bench(args.model, args.threads, args.repeats, batched)))
     if args.rpc:
-        from llama_ffi.bench import rpc as bench_rpc
+        from bench import rpc as bench_rpc
 
         print(
             bench_rpc.rpc_table(
@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     if args.against:
-        from llama_ffi.bench import builds
+        from bench import builds
 
         print(builds.builds_table(builds.bench(args.model, args.threads, args.repeats, args.against)))
     if args.skip_generation:

@@ -15,7 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from llama_ffi.bench.common import (
+from bench.common import (
     BATCHED_BATCH,
     BATCHED_CTX,
     BATCHED_UBATCH,

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from llama_ffi.bench.common import _median
+from bench.common import _median
 
 QUESTION = "Describe."
 _ENCODE = re.compile(r"batch encoding done in (\d+) ms")

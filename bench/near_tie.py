@@ -1,5 +1,5 @@
 """Honest comparisons of batched and single-token decoding: the one near-tie rule of the test
-suite and of the soak (``llama_ffi.soak``).
+suite and of the soak (``bench.soak``).
 
 llama.cpp's CPU kernels give logits computed in a batch that can differ from a single decode's
 (measured here: 0 for SmolLM2 Q4_1, up to 1.15 for gemma-3 Q4_K_M, whose repacked batched kernel

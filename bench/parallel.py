@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llama_ffi.bench.common import _median, batched_bench_row, batched_llama, eog_ban, paired_runs
+from bench.common import _median, batched_bench_row, batched_llama, eog_ban, paired_runs
 
 SEQUENCES = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 128

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from llama_ffi.bench.common import _median
-from llama_ffi.bench.concurrent import HttpServer, prompts, run_threads
+from bench.common import _median
+from bench.concurrent import HttpServer, prompts, run_threads
 
 CLIENTS = (4, 8)
 

@@ -13,8 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from llama_ffi.bench.common import _median
-from llama_ffi.bench.concurrent import HttpServer
+from bench.common import _median
+from bench.concurrent import HttpServer
 
 REQUESTS = 40  # per turn
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.common import N_GEN, N_PROMPT, _median, ffi_generation_test, ffi_prompt_test, native_test
 from llama_ffi import rpc
-from llama_ffi.bench.common import N_GEN, N_PROMPT, _median, ffi_generation_test, ffi_prompt_test, native_test
 
 
 def start_workers(n: int, threads: int) -> list[tuple[subprocess.Popen, str]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from llama_ffi.bench.common import _median, batched_llama, eog_ban
-from llama_ffi.bench.concurrent import CALLERS, N_GEN, HttpServer, in_asyncio, prompts, run_threads
+from bench.common import _median, batched_llama, eog_ban
+from bench.concurrent import CALLERS, N_GEN, HttpServer, in_asyncio, prompts, run_threads
 
 
 def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[dict]:

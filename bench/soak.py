@@ -1,7 +1,7 @@
 """The soak: one ``Llama`` under long mixed load, checked answer by answer. A reliability check
 of the library (the benchmark's ``--soak`` prints its report; tests/test_soak.py runs a minute):
 
-    python -m llama_ffi.bench --soak MINUTES [-m MODEL] [-t THREADS]
+    python -m bench --soak MINUTES [-m MODEL] [-t THREADS]
 
 One ``Llama`` (4 slots, each with its own pool of cells: llama.cpp's default when ``n_seq_max`` is
 given) with a ``LlamaDiskCache`` small enough to evict, driven by worker threads that each pick, at
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llama_ffi import near_tie
+from bench import near_tie
 
 N_TOKENS = 24
 # Prompts whose greedy continuations are confident (lists, counting, code, a quote to finish):

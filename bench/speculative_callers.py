@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from llama_ffi.bench.common import _median
-from llama_ffi.bench.concurrent import run_threads
+from bench.common import _median
+from bench.concurrent import run_threads
 
 CALLERS = (1, 2, 4, 8)
 N_GEN = 128

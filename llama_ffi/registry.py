@@ -51,7 +51,7 @@ GEMMA3_270M = RegistryModel(
 )
 
 DEFAULT_MODEL = SMOLLM2
-# Short names for command lines (``python -m llama_ffi.bench -m gemma3-270m``).
+# Short names for command lines (``python -m bench -m gemma3-270m``).
 BY_NAME = {"smollm2-135m": SMOLLM2, "gemma3-270m": GEMMA3_270M}
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llama_ffi.near_tie import assert_same_or_near_tie
+from bench.near_tie import assert_same_or_near_tie
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,8 +99,8 @@ def test_speculative_flag_errors(smollm2_path, tmp_path):
 
 
 def test_cli_engine_names_are_the_implemented_types():
-    from llama_ffi.cli import SPEC_TYPES
     from llama_ffi.high.speculative.config import IMPLEMENTED, SpeculativeType
+    from llama_ffi.model_flags import SPEC_TYPES
 
     # plus llama-server's spellings: "none", and "draft-simple" for the draft model engine
     assert set(SPEC_TYPES) - {"none", "draft-simple"} == {t.value for t in IMPLEMENTED - {SpeculativeType.NONE}}

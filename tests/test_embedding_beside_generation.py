@@ -10,7 +10,8 @@ import minilm
 import numpy as np
 import pytest
 
-from llama_ffi import lib, near_tie
+from bench import near_tie
+from llama_ffi import lib
 from llama_ffi.high import Llama, LlamaEmbedding
 
 PROMPT = "The three primary colours are"

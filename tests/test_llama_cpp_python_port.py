@@ -13,7 +13,8 @@ import minilm
 import numpy as np
 import pytest
 
-from llama_ffi import Llama, LlamaGrammar, near_tie  # was: from llama_cpp import Llama, LlamaGrammar
+from bench import near_tie
+from llama_ffi import Llama, LlamaGrammar  # was: from llama_cpp import Llama, LlamaGrammar
 from llama_ffi.llama_speculative import LlamaPromptLookupDecoding, SpecConfig, SpeculativeType
 
 

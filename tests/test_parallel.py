@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from bench.near_tie import assert_same_or_near_tie, parallel_bound
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.engine.choices import DEFAULT_SLOTS, choice_seed
-from llama_ffi.near_tie import assert_same_or_near_tie, parallel_bound
 
 PROMPTS = [
     "The capital of France is",

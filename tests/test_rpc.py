@@ -287,9 +287,9 @@ def test_protocol_8_commands_through_the_relay(workers):
 
             def call(cmd: rpc.Cmd, payload: bytes, reply: int) -> bytes:
                 s.sendall(bytes([cmd]) + rpc.U64.pack(len(payload)) + payload)
-                head = rpc._recv_exact(s, 8)
+                head = rpc.recv_exact(s, 8)
                 assert rpc.U64.unpack(head)[0] == reply
-                return rpc._recv_exact(s, reply)
+                return rpc.recv_exact(s, reply)
 
             hello = call(rpc.Cmd.HELLO, bytes(rpc.CONN_CAPS_SIZE), 4 + rpc.CONN_CAPS_SIZE)
             assert hello[0] == lib.RPC_PROTO_MAJOR_VERSION
@@ -300,5 +300,5 @@ def test_protocol_8_commands_through_the_relay(workers):
     finally:
         relay.close()
     request_2d = bytes(100) + struct.pack("<QQQQ", 0, 3, 4, 16)  # tensor | offset | size | n_copies | stride
-    assert rpc._StandIn().reply(rpc.Cmd.GET_TENSOR_2D, request_2d) == bytes(12)
-    assert rpc._StandIn().reply(rpc.Cmd.COMM_INIT, bytes(80)) == b"\x00"
+    assert rpc.StandIn().reply(rpc.Cmd.GET_TENSOR_2D, request_2d) == bytes(12)
+    assert rpc.StandIn().reply(rpc.Cmd.COMM_INIT, bytes(80)) == b"\x00"

@@ -31,7 +31,7 @@ def test_the_command_line_sets_what_it_names():
     args = build_parser().parse_args(
         ["complete", "hi", "--temp", "0.25", "--top-k", "7", "--mirostat", "2", "--repeat-last-n", "-1", "-s", "3"]
     )
-    from llama_ffi.high.sampling_fields import from_flags
+    from llama_ffi.sampling_flags import from_flags
 
     assert from_flags(args) == {
         "temperature": 0.25,

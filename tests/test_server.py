@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import ServerProcess
 
-from llama_ffi import lib, near_tie
+from bench import near_tie
+from llama_ffi import lib
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")

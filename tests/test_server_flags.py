@@ -8,7 +8,7 @@ import httpx
 import pytest
 from server_process import ServerProcess
 
-from llama_ffi import near_tie
+from bench import near_tie
 from llama_ffi.high import Llama
 
 PROMPT = "Once upon a time"

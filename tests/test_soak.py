@@ -1,11 +1,15 @@
-"""The soak for 80 requests (``python -m llama_ffi.bench --soak MINUTES`` runs it for minutes): one
+"""The soak for 80 requests (``python -m bench --soak MINUTES`` runs it for minutes): one
 ``Llama`` under mixed concurrent load with a disk cache that a corrupter damages; every greedy
 answer equals its request alone or leaves it at a measured near tie, nothing fails unexpectedly,
 and ``close()`` with requests in flight ends them all."""
 
 from __future__ import annotations
 
-from llama_ffi.soak import Soak
+import pytest
+
+from bench.soak import Soak
+
+pytestmark = pytest.mark.slow  # minutes of mixed load: out of the default run (-m slow runs it)
 
 KINDS = {"plain", "stream", "abandoned", "n2", "list", "sampled", "chat", "bad", "state", "async", "closed-loop"}
 

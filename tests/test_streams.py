@@ -13,9 +13,9 @@ import time
 
 import pytest
 
+from bench.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
-from llama_ffi.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 STORY = "Once upon a time, in a small village by the sea, there lived"
 QUESTION = "The three primary colours are"
