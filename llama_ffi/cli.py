@@ -11,94 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 
-from llama_ffi.high import sampling_fields
+from llama_ffi import model_flags, sampling_flags
 from llama_ffi.high.request_fields import MAX_TOKENS
-
-
-def _model_path(args: argparse.Namespace) -> str:
-    if args.model:
-        if args.hf_repo:
-            raise ValueError("give either -m or -hf, not both")
-        return args.model
-    if args.hf_repo:
-        from llama_ffi.high import hub
-
-        return str(hub.cli_model(args.hf_repo, args.hf_file))
-    if args.hf_file:
-        raise ValueError("--hf-file needs -hf OWNER/NAME")
-    from llama_ffi import registry
-
-    print(f"using the default model {registry.DEFAULT_MODEL.filename} (fetched once, cached)", file=sys.stderr)
-    return str(registry.fetch(registry.DEFAULT_MODEL))
-
-
-def _speculative(args: argparse.Namespace):
-    """A SpecConfig from llama.cpp-style flags, or None without --spec-type."""
-    from llama_ffi.high.speculative.config import SpecConfig, type_from_file
-
-    spec_type = args.spec_type
-    if spec_type is None and args.model_draft is not None:  # llama.cpp's rule: the file says
-        implied = type_from_file(args.model_draft)
-        if implied is None:
-            raise ValueError(f"--model-draft needs --spec-type draft: {args.model_draft} does not name its engine")
-        spec_type = implied.value
-    if spec_type in (None, "none"):
-        if args.model_draft is not None:
-            raise ValueError("--model-draft needs --spec-type draft (or draft-mtp)")
-        return None
-
-    extra = {} if args.spec_draft_n_max is None else {"draft_n_max": args.spec_draft_n_max}
-    if getattr(args, "spec_draft_n_min", None) is not None:  # serve's
-        extra["draft_n_min"] = args.spec_draft_n_min
-    kind = "draft" if spec_type == "draft-simple" else spec_type  # llama-server's name of it
-    return SpecConfig(type=kind, draft_model_path=args.model_draft, **extra)
-
-
-def _open(args: argparse.Namespace, **options):
-    from llama_ffi.high import Llama
-
-    return Llama(
-        _model_path(args),
-        n_ctx=args.ctx_size,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        speculative=_speculative(args),
-        verbose=args.verbose,
-        rpc_servers=args.rpc,
-        n_gpu_layers=args.n_gpu_layers,
-        mmproj_path=args.mmproj,
-        **options,
-    )
-
-
-def _file_scale(value: str) -> tuple[str, float]:
-    """llama.cpp's FILE:SCALE."""
-    path, sep, scale = value.rpartition(":")
-    try:
-        if not sep or not path:
-            raise ValueError
-        return path, float(scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected FILE:SCALE, got {value!r}") from None
-
-
-def _adapters(args: argparse.Namespace, llm) -> dict:
-    """Load --lora adapters on ``llm``; the per-request adapter arguments of the flags."""
-    loras = [(path, 1.0) for path in args.lora or []] + list(args.lora_scaled or [])
-    for i, (path, _) in enumerate(loras):
-        llm.load_lora(f"lora{i}", path)
-    out = {"active_loras": [{"name": f"lora{i}", "scale": s} for i, (_, s) in enumerate(loras)]}
-    vectors = [(path, 1.0) for path in args.control_vector or []] + list(args.control_vector_scaled or [])
-    if vectors:
-        spec: dict = {"files": vectors}
-        if args.control_vector_layer_range:
-            spec["layer_start"], spec["layer_end"] = args.control_vector_layer_range
-        out["control_vector"] = spec
-    elif args.control_vector_layer_range:
-        raise ValueError("--control-vector-layer-range needs --control-vector or --control-vector-scaled")
-    return out
 
 
 def _media_parts(images, audios) -> list[dict]:
@@ -118,7 +33,7 @@ def _media_parts(images, audios) -> list[dict]:
 def _stream_chat(llm, messages, args, adapters: dict) -> str:
     reply = []
     for chunk in llm.create_chat_completion(
-        messages, stream=True, max_tokens=args.n_predict, **adapters, **sampling_fields.from_flags(args)
+        messages, stream=True, max_tokens=args.n_predict, **adapters, **sampling_flags.from_flags(args)
     ):
         text = chunk["choices"][0]["delta"].get("content", "")
         reply.append(text)
@@ -133,22 +48,22 @@ def cmd_complete(args: argparse.Namespace) -> int:
     if media:  # as llama-mtmd-cli: one user turn of the media and the prompt, in the chat template
         if not args.mmproj:
             raise ValueError("--image / --audio need --mmproj (the model's multimodal projector)")
-        with _open(args) as llm:
+        with model_flags.open_model(args) as llm:
             _stream_chat(
                 llm,
                 [{"role": "user", "content": [*media, {"type": "text", "text": args.prompt}]}],
                 args,
-                _adapters(args, llm),
+                model_flags.adapters(args, llm),
             )
         return 0
-    with _open(args) as llm:
+    with model_flags.open_model(args) as llm:
         for chunk in llm.create_completion(
             args.prompt,
             max_tokens=args.n_predict,
             stream=True,
             stop=args.stop or None,
-            **_adapters(args, llm),
-            **sampling_fields.from_flags(args),
+            **model_flags.adapters(args, llm),
+            **sampling_flags.from_flags(args),
         ):
             sys.stdout.write(chunk["choices"][0]["text"])
             sys.stdout.flush()
@@ -162,8 +77,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     """Interactive chat: one user turn per input line, history kept, replies streamed.
     ``/image PATH`` attaches an image to the next message. An empty line or end of input ends it."""
     interactive = sys.stdin.isatty()
-    with _open(args) as llm:
-        adapters = _adapters(args, llm)
+    with model_flags.open_model(args) as llm:
+        adapters = model_flags.adapters(args, llm)
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
         pending: list[dict] = []
         while True:
@@ -188,32 +103,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from llama_ffi.server import cli as server_cli
 
-    return server_cli.run(args, _serving)
-
-
-def serve_app(flags: Sequence[str]):
-    """The ASGI app of ``llama-ffi serve FLAGS``, its model loaded (each Ray Serve replica builds
-    its own with it)."""
-    from llama_ffi.server import cli as server_cli
-
-    args = build_parser().parse_args(["serve", *flags])
-    args.argv = list(flags)
-    return server_cli.create(args, _serving, load_now=True)
-
-
-def _serving(args: argparse.Namespace):
-    """How ``args``' model is opened, and how its adapters are loaded and named."""
-
-    def lora_names(llm) -> list[str]:
-        """Load the adapters; they apply to every request unless its ``lora`` field says otherwise
-        (llama-server's rule)."""
-        active = _adapters(args, llm)
-        llm.adapters.default = llm.adapters.select(active["active_loras"], active.get("control_vector"))
-        if args.lora_init_without_apply:  # loaded at scale 0: POST /lora-adapters turns them on
-            llm.adapters.set_default_loras([])
-        return [a["name"] for a in active["active_loras"]]
-
-    return (lambda **options: _open(args, **options)), lora_names
+    return server_cli.run(args, model_flags.serving)
 
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
@@ -234,51 +124,10 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
     os._exit(0)
 
 
-# The engines llama-ffi implements, under llama.cpp's --spec-type names.
-SPEC_TYPES = ("none", "ngram-map-k", "ngram-map-k4v", "draft", "draft-simple", "draft-mtp")
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llama-ffi", description="llama.cpp through generated cffi bindings")
     sub = ap.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-m", "--model", help="GGUF model path (default: SmolLM2-135M-Instruct)")
-    common.add_argument(
-        "-hf",
-        "-hfr",
-        "--hf-repo",
-        metavar="OWNER/NAME[:QUANT]",
-        help="a model from the Hugging Face Hub (cached; QUANT default Q4_K_M)",
-    )
-    common.add_argument("-hff", "--hf-file", metavar="FILE", help="the file of -hf's repository (a glob)")
-    common.add_argument("-c", "--ctx-size", type=int, default=2048)
-    common.add_argument("-t", "--threads", type=int, default=None)
-    common.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's logs")
-    common.add_argument(
-        "-ngl",
-        "--n-gpu-layers",
-        type=int,
-        default=None,
-        help="layers to offload to GPUs / RPC workers (default: llama.cpp's)",
-    )
-    common.add_argument("--mmproj", metavar="FILE", help="multimodal projector GGUF (images/audio)")
-    common.add_argument("--rpc", metavar="SERVERS", help="comma-separated host:port of llama-ffi rpc-server workers")
-    adapter = common.add_argument_group("adapters (llama.cpp's flags; repeatable)")
-    adapter.add_argument("--lora", action="append", metavar="FILE", help="a LoRA adapter at scale 1")
-    adapter.add_argument("--lora-scaled", action="append", type=_file_scale, metavar="FILE:SCALE")
-    adapter.add_argument(
-        "--lora-init-without-apply",
-        action="store_true",
-        help="serve: load the adapters at scale 0 (POST /lora-adapters sets their scales)",
-    )
-    adapter.add_argument("--control-vector", action="append", metavar="FILE")
-    adapter.add_argument("--control-vector-scaled", action="append", type=_file_scale, metavar="FILE:SCALE")
-    adapter.add_argument("--control-vector-layer-range", nargs=2, type=int, metavar=("START", "END"))
-    sampling_fields.add_flags(common)
-    spec = common.add_argument_group("speculative decoding (the output stays that of plain decoding)")
-    spec.add_argument("--spec-type", choices=SPEC_TYPES, help="engine (default: none)")
-    spec.add_argument("-md", "--model-draft", help="draft GGUF (--spec-type draft; or an MTP GGUF for draft-mtp)")
-    spec.add_argument("--spec-draft-n-max", type=int, help="longest draft of a draft model (default: 3)")
+    common = model_flags.common_parser()
     complete = sub.add_parser("complete", parents=[common], help="stream a text completion")
     complete.add_argument("prompt")
     complete.add_argument(*MAX_TOKENS.flags, type=int, default=128, help=f"{MAX_TOKENS.help} (-1: until full)")
@@ -291,12 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--system", help="a system message")
     chat.set_defaults(func=cmd_chat)
     serve = sub.add_parser("serve", parents=[common], help="an OpenAI-compatible HTTP server (llama-server's flags)")
-    from llama_ffi.server.cli import add_arguments as add_server_arguments
-    from llama_ffi.server.flags import apply_environment
+    from llama_ffi.server.cli import configure_parser
 
-    add_server_arguments(serve)
-    apply_environment(serve)  # llama-server's LLAMA_ARG_* variables
-    serve.set_defaults(func=cmd_serve, ctx_size=4096)
+    configure_parser(serve)
+    serve.set_defaults(func=cmd_serve)
     server = sub.add_parser("rpc-server", help="serve this machine's devices to RPC clients (--rpc)")
     server.add_argument(
         "-H",

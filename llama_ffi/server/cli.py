@@ -175,6 +175,25 @@ def llama_options(args: argparse.Namespace) -> dict:
     return out
 
 
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``serve``'s own flags on a parser that has the model flags (``model_flags.common_parser``)."""
+    add_arguments(parser)
+    flags.apply_environment(parser)  # llama-server's LLAMA_ARG_* variables
+    parser.set_defaults(ctx_size=4096)
+
+
+def serve_app(serve_flags: list[str]):
+    """The ASGI app of ``llama-ffi serve FLAGS``, its model loaded (each Ray Serve replica builds
+    its own with it)."""
+    from llama_ffi import model_flags
+
+    parser = argparse.ArgumentParser(prog="llama-ffi serve", parents=[model_flags.common_parser()])
+    configure_parser(parser)
+    args = parser.parse_args(list(serve_flags))
+    args.argv = list(serve_flags)
+    return create(args, model_flags.serving, load_now=True)
+
+
 def run(args: argparse.Namespace, serving: Callable[[argparse.Namespace], tuple[Callable, Callable]]) -> int:
     """Serve until SIGTERM / Ctrl-C. ``serving(args)`` gives ``open_llama(**options)``, which loads
     the model (in a thread, while /health says 503), and ``lora_names(llm)``, which loads the --lora
@@ -257,7 +276,7 @@ def prepare(
 ):
     """The model's loader and the server's options, from the flags. ``failed()``: called when the
     model does not load."""
-    from llama_ffi.high import sampling_fields
+    from llama_ffi import sampling_flags
     from llama_ffi.server.options import ServerOptions
 
     options = ServerOptions(
@@ -268,7 +287,7 @@ def prepare(
         slot_save_path=args.slot_save_path,
         queue_size=args.queue_size,
         media_path=args.media_path,
-        sampling=sampling_fields.from_flags(args),
+        sampling=sampling_flags.from_flags(args),
         n_predict=args.n_predict,
         tags=tuple(t for t in (args.tags or "").split(",") if t),
         cors_origins=_cors_origins(args),
