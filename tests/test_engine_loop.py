@@ -106,3 +106,76 @@ def test_cancelling_a_request_stops_the_decode_of_its_prompt(smollm2_path):
         held = max(s.cached_tokens for s in engine.status().slots)
         assert held < len(prompt)
         assert llm("Hello", max_tokens=4, **GREEDY)["usage"]["completion_tokens"] == 4
+
+
+CONTEXT_CALLS = ("decode", "logits", "seq_rm", "clear", "seq_state_bytes", "set_seq_state_bytes", "set_state_bytes")
+
+
+def test_every_context_task_runs_in_the_engines_thread(smollm2_path, tmp_path):
+    """eval, state and slot files, resets, logits and status are tasks of the loop: whatever thread
+    asks, the context's methods are called from the engine's thread only."""
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=2, progress=False) as llm:
+        seen: list[tuple[str, str]] = []
+        for name in CONTEXT_CALLS:
+            method = getattr(llm.context, name)
+
+            def recorded(*args, _method=method, _name=name, **kwargs):
+                seen.append((_name, threading.current_thread().name))
+                return _method(*args, **kwargs)
+
+            setattr(llm.context, name, recorded)
+        tokens = llm.tokenize("Once upon a time")
+        llm.reset()
+        llm.eval(tokens)
+        llm.logits()
+        saved = llm.save_state()
+        llm.load_state(saved)
+        llm.slot_files.save(0, tmp_path / "slot0.bin")
+        llm.slot_files.restore(1, tmp_path / "slot0.bin")
+        llm.slot_files.erase(1)
+        assert llm.scores.shape == (len(tokens), llm.n_vocab)
+        assert sum(s.cached_tokens for s in llm.engine.status().slots) == len(tokens)
+        llm("Hello", max_tokens=2, **GREEDY)
+        called = {name for name, _ in seen}
+        assert {"decode", "logits", "seq_state_bytes", "set_seq_state_bytes"} <= called, called
+        assert {thread for _, thread in seen} == {"llama-ffi-engine"}, seen
+
+
+def test_a_context_task_from_inside_a_step_is_refused_and_errors_reach_the_caller(smollm2_path):
+    with Llama(smollm2_path, n_ctx=512, n_threads=2, progress=False) as llm:
+        errors: list[BaseException] = []
+
+        def reenter(ids, logits):
+            try:
+                llm.eval([1])
+            except RuntimeError as error:
+                errors.append(error)
+            return logits
+
+        out = llm("Hello", max_tokens=2, logits_processor=[reenter], **GREEDY)
+        assert out["choices"][0]["text"] is not None
+        assert errors and "inside a step" in str(errors[0])  # refused, not a deadlock
+
+        def fails() -> None:
+            raise KeyError("from the task")
+
+        with contextlib.suppress(KeyError):
+            llm.run_on_context(fails)
+            raise AssertionError("the task's error did not reach its caller")
+        assert llm("Hello", max_tokens=2, **GREEDY)["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_single_sequence_work_waits_for_no_stream_and_moves_off_the_main_slot(smollm2_path):
+    """A stream left unread holds its slot; eval on the main sequence takes another slot at once."""
+    with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=2, progress=False) as llm:
+        ban = {llm.token_eos(): -float("inf")}
+        stream = llm(LONG, max_tokens=800, stream=True, logit_bias=ban, **GREEDY)
+        next(stream)  # running, and now unread
+        busy = [s.seq for s in llm.engine.status().slots if s.processing]
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (llm.eval(llm.tokenize("Hi")), done.set()))
+        worker.start()
+        assert done.wait(60), "eval waited for an unread stream"
+        assert [s.seq for s in llm.engine.status().slots if s.processing] == busy == [1 - llm.main_seq]
+        stream.close()
+        worker.join()

@@ -40,7 +40,7 @@ def ggml_type(name: str, value) -> int:
 class ContextParams:
     """Context parameters with llama-cpp-python's names; ``None`` keeps llama.cpp's default."""
 
-    n_ctx: int | None = None  # 0 = the model's training context
+    n_ctx: int | None = 512  # llama-cpp-python's and llama.cpp's default; 0 = the model's training context
     n_batch: int | None = None
     n_ubatch: int | None = None
     n_threads: int | None = None
@@ -57,7 +57,7 @@ class ContextParams:
     type_k: int | str | None = None
     type_v: int | str | None = None
     flash_attn: bool | None = None  # None = llama.cpp's "auto"
-    embeddings: bool | None = None
+    embeddings: bool = False
     pooling_type: int | None = None
     offload_kqv: bool | None = None
     op_offload: bool | None = None

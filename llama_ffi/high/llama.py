@@ -32,8 +32,9 @@ class Llama:
     """A model and one context with llama-cpp-python's API; each capability lives in its module."""
 
     def __init__(self, model_path: str | os.PathLike, **params) -> None:
-        """Load ``model_path`` with ``params``: llama-cpp-python's parameters (``loading.LlamaParams``
-        lists them all, with their defaults), or its other spellings (``compat.init_options``)."""
+        """Load ``model_path`` with ``params``: llama-cpp-python's parameters (``ContextParams``,
+        ``ModelParams`` and ``loading.LlamaParams`` declare them, with their defaults), or its other
+        spellings (``compat.init_options``)."""
         self._closed = True
         p = loading.params(params)
         self.verbose = p.verbose
@@ -51,7 +52,7 @@ class Llama:
         if p.verbose:
             enable_verbose_logging()
         self.set_seed(p.seed)
-        self.context_params = p.context_params().to_c()  # validated before the (slow) model load
+        self.context_params = p.context.to_c()  # validated before the (slow) model load
         if p.speculative is not None:
             p.speculative.validate(self.context_params.n_batch)
         self.model_path = str(model_path)

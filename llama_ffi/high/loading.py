@@ -1,5 +1,5 @@
-"""Building a ``Llama``'s parts: its parameters, declared once (``LlamaParams``, llama-cpp-python's
-names), and the owned C objects made in order — model, context, drafter, batch, projector,
+"""Building a ``Llama``'s parts: its parameters, each declared once (``ContextParams``,
+``ModelParams``, and ``LlamaParams`` for the rest; llama-cpp-python's names), and the owned C objects made in order — model, context, drafter, batch, projector,
 adapters, engine — with one cleanup path: whatever step fails, what was made before it is freed,
 in the reverse order (a context before its model, a projector and adapters before the model they
 were made for), and the error is raised.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,36 +28,13 @@ from llama_ffi.high.tokenizer import Tokenizer
 
 @dataclasses.dataclass
 class LlamaParams:
-    """``Llama(model_path, **params)``: every parameter, with llama-cpp-python's name and default."""
+    """``Llama(model_path, **params)``: the context's options (``ContextParams``), the model's
+    (``ModelParams``), each declared there once with its default, and the options of ``Llama``
+    itself below, with llama-cpp-python's names and defaults."""
 
-    n_ctx: int | None = 512
-    n_batch: int | None = None
-    n_ubatch: int | None = None
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_gpu_layers: int | None = None
+    context: ContextParams = dataclasses.field(default_factory=ContextParams)
+    model: ModelParams = dataclasses.field(default_factory=ModelParams)
     seed: int = 0xFFFFFFFF
-    use_mmap: bool | None = None
-    use_mlock: bool | None = None
-    vocab_only: bool = False
-    kv_overrides: Mapping[str, bool | int | float | str] | None = None
-    type_k: int | str | None = None
-    type_v: int | str | None = None
-    flash_attn: bool | None = None
-    rope_scaling_type: int | None = None
-    rope_freq_base: float | None = None
-    rope_freq_scale: float | None = None
-    yarn_ext_factor: float | None = None
-    yarn_attn_factor: float | None = None
-    yarn_beta_fast: float | None = None
-    yarn_beta_slow: float | None = None
-    yarn_orig_ctx: int | None = None
-    embeddings: bool = False
-    pooling_type: int | None = None
-    n_seq_max: int | None = None  # slots; default: engine.default_slots, with one pool of cells
-    no_perf: bool | None = None
-    kv_unified: bool | None = None
-    progress: bool | None = None
     speculative: SpecConfig | None = None
     verbose: bool = False
     embedding: bool | None = None  # llama-cpp-python's name of embeddings
@@ -67,70 +43,49 @@ class LlamaParams:
     chat_handler: Any = None
     logits_all: bool = False
     last_n_tokens_size: int = 64
-    split_mode: int | None = None
-    main_gpu: int | None = None
-    tensor_split: Sequence[float] | None = None
-    rpc_servers: str | Sequence[str] | None = None
-    offload_kqv: bool | None = None
-    op_offload: bool | None = None
-    swa_full: bool | None = None
-    moe_cache_size: int | None = None
-    attention_type: int | None = None
     numa: bool | int = False
-    load_mtp: bool | None = None  # None: when speculative is DRAFT_MTP without a file of its own
     lora_path: str | os.PathLike | None = None
     lora_scale: float = 1.0
     mmproj_path: str | os.PathLike | None = None
     warmup: bool = False
     # set only by compat.init_options, from llama-cpp-python's other spellings (TRANSLATED)
-    device: str | None = None
     spm_infill: bool = False
     template_arguments: dict | None = None
 
-    def context_params(self) -> ContextParams:
-        names = {f.name for f in dataclasses.fields(ContextParams)} & set(LlamaParams.__dataclass_fields__)
-        return ContextParams(**{name: getattr(self, name) for name in names})
 
-    def model_params(self) -> ModelParams:
-        builtin_mtp = (  # DRAFT_MTP without a file of its own runs the target's NextN blocks: load them
-            self.speculative is not None
-            and self.speculative.kind == SpeculativeType.DRAFT_MTP
-            and self.speculative.draft_model_path is None
-        )
-        return ModelParams(
-            n_gpu_layers=self.n_gpu_layers,
-            split_mode=self.split_mode,
-            main_gpu=self.main_gpu,
-            tensor_split=self.tensor_split,
-            use_mmap=self.use_mmap,
-            use_mlock=self.use_mlock,
-            vocab_only=self.vocab_only,
-            kv_overrides=self.kv_overrides,
-            progress=self.progress,
-            rpc_servers=self.rpc_servers,
-            device=self.device,
-            load_mtp=builtin_mtp if self.load_mtp is None else flag("load_mtp", self.load_mtp),
-        )
-
-
+CONTEXT_FIELDS = frozenset(f.name for f in dataclasses.fields(ContextParams))
+MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelParams))
+OWN_FIELDS = frozenset(f.name for f in dataclasses.fields(LlamaParams)) - {"context", "model"}
 TRANSLATED = {"device", "spm_infill", "template_arguments"}
 
 
 def params(options: dict[str, Any]) -> LlamaParams:
-    """``Llama``'s keyword arguments, llama-cpp-python's spellings translated, checked together."""
-    ours = {k: v for k, v in options.items() if k in LlamaParams.__dataclass_fields__ and k not in TRANSLATED}
+    """``Llama``'s keyword arguments, each given to the declaration that has it (llama-cpp-python's
+    other spellings translated first), checked together."""
+    known = CONTEXT_FIELDS | MODEL_FIELDS | OWN_FIELDS
+    ours = {k: v for k, v in options.items() if k in known and k not in TRANSLATED}
     legacy = compat.init_options({k: v for k, v in options.items() if k not in ours})
     if "speculative" in legacy and ours.get("speculative") is not None:
         raise ValueError("pass either draft_model or speculative, not both")
-    p = LlamaParams(**ours, **legacy)
-    if p.embedding is not None:
-        p.embeddings = p.embeddings or flag("embedding", p.embedding)
-    if p.speculative is not None and not isinstance(p.speculative, SpecConfig):
+    given = {**ours, **legacy}
+    own = {k: v for k, v in given.items() if k in OWN_FIELDS}
+    speculative = own.get("speculative")
+    if speculative is not None and not isinstance(speculative, SpecConfig):
         raise RequestTypeError("speculative must be a SpecConfig")
-    if p.n_seq_max is None and not p.embeddings:  # slots for many sequences at once (parallel)
-        p.n_seq_max = default_slots(p.n_batch)
-        p.kv_unified = True if p.kv_unified is None else p.kv_unified
-    return p
+    context = {k: v for k, v in given.items() if k in CONTEXT_FIELDS}
+    if own.get("embedding") is not None:
+        context["embeddings"] = context.get("embeddings", False) or flag("embedding", own["embedding"])
+    if context.get("n_seq_max") is None and not context.get("embeddings"):  # slots for many sequences at once
+        context["n_seq_max"] = default_slots(context.get("n_batch"))
+        context["kv_unified"] = True if context.get("kv_unified") is None else context["kv_unified"]
+    model = {k: v for k, v in given.items() if k in MODEL_FIELDS}
+    if "load_mtp" not in model:  # DRAFT_MTP without a file of its own runs the target's NextN blocks
+        model["load_mtp"] = (
+            speculative is not None
+            and speculative.kind == SpeculativeType.DRAFT_MTP
+            and speculative.draft_model_path is None
+        )
+    return LlamaParams(ContextParams(**context), ModelParams(**model), **own)
 
 
 @dataclasses.dataclass
@@ -169,10 +124,10 @@ class Parts:
 
 def load(model_path: str | os.PathLike, p: LlamaParams, mmproj_path, media_handler) -> Parts:
     """The parts of a ``Llama``, made in order; a failing step frees what was made before it."""
-    cparams = p.context_params()
-    model = Model(model_path, p.model_params())
+    cparams = p.context
+    model = Model(model_path, p.model)
     parts = Parts(model, Tokenizer(model), Counters())
-    if p.vocab_only:
+    if p.model.vocab_only:
         return parts
     try:
         parts.context = context = Context(model, cparams)
@@ -180,8 +135,8 @@ def load(model_path: str | os.PathLike, p: LlamaParams, mmproj_path, media_handl
             parts.drafters = create_drafter(p.speculative, model, context)
         parts.batch = Batch(context.n_batch)
         if mmproj_path is not None:
-            use_gpu = p.n_gpu_layers != 0
-            parts.mtmd = multimodal.MtmdContext(model, mmproj_path, p.n_threads, use_gpu, handler=media_handler)
+            use_gpu = p.model.n_gpu_layers != 0
+            parts.mtmd = multimodal.MtmdContext(model, mmproj_path, p.context.n_threads, use_gpu, handler=media_handler)
         parts.adapters = adapters = adapters_module.Adapters(model)
         if p.lora_path is not None:
             name = Path(p.lora_path).stem
