@@ -1,8 +1,9 @@
 """Building a ``Llama``'s parts: its parameters, each declared once (``ContextParams``,
-``ModelParams``, and ``LlamaParams`` for the rest; llama-cpp-python's names), and the owned C objects made in order — model, context, drafter, batch, projector,
-adapters, engine — with one cleanup path: whatever step fails, what was made before it is freed,
-in the reverse order (a context before its model, a projector and adapters before the model they
-were made for), and the error is raised.
+``ModelParams``, and ``LlamaParams`` for the rest; llama-cpp-python's names), and the owned C
+objects made in order — model, context, drafter, batch, projector, adapters, engine — with one
+cleanup path: whatever step fails, what was made before it is freed, in the reverse order (a
+context before its model, a projector and adapters before the model they were made for), and the
+error is raised.
 """
 
 from __future__ import annotations
