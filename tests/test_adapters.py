@@ -125,18 +125,17 @@ def test_switching_equals_fresh_runs_and_prefix_reuse_is_per_set(smollm2_path, f
     assert len(set(fresh.values())) == 3
     n_prompt = len(llm.tokenize(prompt))
     llm.reset()
-    stats = llm.engine.stats
     decoded = []
     for key, sel in (("base", None), ("a", a), ("base", None), ("b", b), ("a", a)):
-        before = stats.prompt_tokens
+        before = llm.engine.status().stats.prompt_tokens
         assert text(llm, prompt, **({} if sel is None else {"active_loras": sel})) == fresh[key]
-        decoded.append(stats.prompt_tokens - before)
+        decoded.append(llm.engine.status().stats.prompt_tokens - before)
     # a cache computed under another set is never reused: the prompt is decoded in full, unless a
     # slot holds it under this very set (the second "base" and "a": its last token only)
     assert decoded == [n_prompt, n_prompt, 1, n_prompt, 1]
-    before = stats.prompt_tokens
+    before = llm.engine.status().stats.prompt_tokens
     text(llm, prompt, active_loras=a)  # the same set again: only the last prompt token is re-evaluated
-    assert stats.prompt_tokens - before == 1
+    assert llm.engine.status().stats.prompt_tokens - before == 1
 
 
 def test_lora_path_is_the_default_set(smollm2_path, files, llm):

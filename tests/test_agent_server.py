@@ -18,6 +18,7 @@ from conftest import TREE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import ServerProcess
+from waiting import process_running, wait_until
 
 FIXTURES = TREE.path / "tools" / "server" / "tests" / "fixtures"
 KEY = "sk-agent-test"
@@ -214,7 +215,7 @@ def test_sigterm_during_a_slow_mcp_call_stops_the_server_at_once(smollm2_path):
 
     caller = threading.Thread(target=slow)
     caller.start()
-    time.sleep(1.5)
+    wait_until(lambda: process_running("mcp_slow_server.py"), "the slow MCP server to start for the call")
     began = time.monotonic()
     assert running.stop() == 0
     assert time.monotonic() - began < 5

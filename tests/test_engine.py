@@ -13,6 +13,7 @@ import time
 
 import pytest
 import tiny_adapters
+from waiting import steady
 
 from bench.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 from llama_ffi.high import Llama
@@ -83,9 +84,10 @@ def run_threads(fns, timeout=300.0) -> list:
 def test_threads_are_decoded_together_and_each_gets_its_own_answer(model, smollm2_path, gemma3_path):
     path = smollm2_path if model == "smollm2" else gemma3_path
     with Llama(path, n_ctx=2048, n_threads=2, progress=False) as llm:
-        stats = llm.engine.stats
+        stats = llm.engine.status().stats
         steps, tokens = stats.generation_steps, stats.generated_tokens
         outs = run_threads([lambda p=p: llm(p, max_tokens=24, **GREEDY) for p in PROMPTS])
+        stats = llm.engine.status().stats
         # several sequences per decode: more tokens than steps (one at a time, they would be equal)
         assert stats.generated_tokens - tokens > 2 * (stats.generation_steps - steps)
         bound = parallel_bound(llm)
@@ -131,13 +133,17 @@ def test_an_unread_stream_waits_in_its_slot_and_blocks_nobody(llm, plain):
     next(stream)
     answer = text_of(llm(PROMPTS[2], max_tokens=12, **GREEDY))
     assert_same_or_near_tie(plain, PROMPTS[2], answer, 12, limit=parallel_bound(plain))
-    time.sleep(0.5)
-    (choice,) = [c for c in llm.engine.work.generating]
+    (seq,) = [s.seq for s in llm.engine.status().slots if s.processing]
+
+    def held() -> int:
+        return next(s.cached_tokens for s in llm.engine.status().slots if s.seq == seq)
+
+    generated = steady(held, "the unread stream") - len(llm.tokenize(PROMPTS[1]))
     draft = llm.speculative.max_draft if llm.speculative else 0  # one step may verify a whole draft
-    assert choice.produced <= AHEAD + 2 + draft  # bounded: it waits for its reader
+    assert generated <= AHEAD + 2 + draft  # bounded: it waits for its reader
     rest = list(stream)
     assert len(rest) > 150
-    assert not llm.engine.busy()
+    assert llm.engine.status().idle
 
 
 def test_close_waits_for_a_request_in_flight(smollm2_path):
@@ -164,9 +170,9 @@ def test_two_users_alternating_multi_turn_chats_each_keep_their_prefix(llm):
     for turn in range(3):
         for user, messages in chats.items():
             messages.append({"role": "user", "content": f"Tell me fact {turn} about the number {user}."})
-            before = llm.engine.stats.prompt_tokens
+            before = llm.engine.status().stats.prompt_tokens
             out = llm.create_chat_completion(messages, max_tokens=8, **GREEDY)
-            decoded = llm.engine.stats.prompt_tokens - before
+            decoded = llm.engine.status().stats.prompt_tokens - before
             messages.append(out["choices"][0]["message"])
             if turn:  # the earlier turns are cached in that user's slot: only the new turn is decoded
                 assert decoded < out["usage"]["prompt_tokens"] / 2, (turn, user, decoded)
@@ -218,20 +224,20 @@ def test_cancelling_an_asyncio_task_frees_its_slot(llm):
         task = asyncio.create_task(
             llm.acreate_completion(PROMPTS[0], max_tokens=500, logit_bias={llm.token_eos(): -float("inf")}, **GREEDY)
         )
-        while llm.n_evaluated == before:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)
+        n_prompt = len(llm.tokenize(PROMPTS[0]))
+        while not any(s.processing and s.cached_tokens > n_prompt + 4 for s in llm.engine.status().slots):
+            await asyncio.sleep(0.01)  # until it generates
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         for _ in range(200):
-            if not llm.engine.busy():
+            if llm.engine.status().idle:
                 break
             await asyncio.sleep(0.01)
 
     before = llm.n_evaluated
     asyncio.run(main())
-    assert not llm.engine.busy() and all(s.owner is None for s in llm.engine.slots.slots)
+    assert llm.engine.status().idle
     assert llm.n_evaluated - before < 400  # it stopped long before its 500 tokens
 
 
@@ -261,14 +267,14 @@ def test_save_and_load_state_carry_the_adapter_selection(smollm2_path, tmp_path)
         saved = llm.save_state()  # a cache computed under the LoRA
         llm.reset()
         llm.load_state(saved)
-        before = llm.engine.stats.prompt_tokens
+        before = llm.engine.status().stats.prompt_tokens
         assert text_of(llm(STORY, max_tokens=12, **GREEDY)) == base  # not answered from it
-        assert llm.engine.stats.prompt_tokens - before >= len(llm.tokenize(STORY))
+        assert llm.engine.status().stats.prompt_tokens - before >= len(llm.tokenize(STORY))
         llm.reset()
         llm.load_state(saved)
-        before = llm.engine.stats.prompt_tokens
+        before = llm.engine.status().stats.prompt_tokens
         assert text_of(llm(STORY, max_tokens=12, active_loras=[{"name": "coder"}], **GREEDY)) == coder
-        assert llm.engine.stats.prompt_tokens - before == 1  # the same selection: reused
+        assert llm.engine.status().stats.prompt_tokens - before == 1  # the same selection: reused
 
 
 # ---- speculative ---------------------------------------------------------------------------------------------
@@ -375,17 +381,16 @@ def test_a_prompt_cache_restores_what_a_slot_lost(smollm2_path, tmp_path, kind):
         llm.set_cache(make_cache())
         want = text_of(llm(LONG, max_tokens=12, **GREEDY))
         llm("Something else entirely.", max_tokens=4, **GREEDY)  # takes the only slot: LONG is stored
-        stats = llm.engine.stats
-        before = stats.prompt_tokens
+        before = llm.engine.status().stats.prompt_tokens
         again = text_of(llm(LONG, max_tokens=12, **GREEDY))
-        assert stats.prompt_tokens - before == 1  # restored: only its last token is decoded
+        assert llm.engine.status().stats.prompt_tokens - before == 1  # restored: only its last token is decoded
         assert again == want
         if kind == "disk":  # another process (another Llama) finds it on disk
             with Llama(smollm2_path, n_ctx=1024, n_threads=2, n_seq_max=1, progress=False) as other:
                 other.set_cache(make_cache())
-                before = other.engine.stats.prompt_tokens
+                before = other.engine.status().stats.prompt_tokens
                 assert text_of(other(LONG, max_tokens=12, **GREEDY)) == want
-                assert other.engine.stats.prompt_tokens - before == 1
+                assert other.engine.status().stats.prompt_tokens - before == 1
 
 
 def test_a_prompt_cache_keeps_within_its_capacity(smollm2_path):

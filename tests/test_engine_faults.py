@@ -48,9 +48,9 @@ def test_a_cache_file_cut_short_is_a_miss_and_is_dropped(smollm2_path, tmp_path)
     stored.write_bytes(data[: len(data) * 6 // 10])
     with open_llama() as llm:
         n_prompt = len(llm.tokenize(LONG))
-        before = llm.engine.stats.prompt_tokens
+        before = llm.engine.status().stats.prompt_tokens
         assert text_of(answer_within(lambda: llm(LONG, max_tokens=12, **GREEDY))) == want
-        assert llm.engine.stats.prompt_tokens - before == n_prompt  # evaluated afresh: a miss
+        assert llm.engine.status().stats.prompt_tokens - before == n_prompt  # evaluated afresh: a miss
         assert not stored.exists()  # ours, and damaged: removed
         assert text_of(answer_within(lambda: llm("Once upon a time", max_tokens=4, **GREEDY)))
 

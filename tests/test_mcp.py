@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import TREE
+from waiting import wait_until
 
 from llama_ffi.server.agent import mcp
 from llama_ffi.server.agent.toolbox import Toolbox
@@ -93,7 +94,7 @@ def test_abort_answers_a_call_in_flight_at_once(started):
     box = started(spec("slow", "mcp_slow_server.py", "--delay", "30"))
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(box.invoke, "slow_sleep", {"seconds": 30})
-        time.sleep(1.0)
+        wait_until(lambda: any(s.conn is not None and s.conn.pending for s in box.servers), "the call in flight")
         began = time.monotonic()
         box.abort()
         answer = pending.result(timeout=5)

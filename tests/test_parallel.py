@@ -33,9 +33,9 @@ def texts(result) -> list[str]:
 def prompt_tokens_decoded(llm, *args, **kwargs) -> tuple[dict, int]:
     """A completion from cold caches, and how many prompt tokens the engine decoded for it."""
     llm.reset()
-    before = llm.engine.stats.prompt_tokens
+    before = llm.engine.status().stats.prompt_tokens
     result = llm(*args, **kwargs)
-    return result, llm.engine.stats.prompt_tokens - before
+    return result, llm.engine.status().stats.prompt_tokens - before
 
 
 def test_defaults_give_slots_with_a_unified_cache(llm):
@@ -246,7 +246,7 @@ def test_bad_requests_leave_the_counters_alone_and_good_ones_move_them(llm):
     llm.reset()
 
     def counters():
-        return llm.n_evaluated, llm.engine.stats.prompt_tokens, llm.engine.stats.prompt_steps
+        return llm.n_evaluated, llm.engine.status().stats.prompt_tokens, llm.engine.status().stats.prompt_steps
 
     before = counters()
     bad_requests = [

@@ -127,7 +127,7 @@ def test_models_max_one_unloads_the_least_recently_used_idle_model(models_dir):
         states = listing(server)
         assert states["tiny-b"]["value"] == "loaded" and states["tiny-a"]["value"] == "unloaded"
         # a busy model is not taken from its request: the next model waits until the stream ends
-        stream_done = []
+        stream_done, streaming = [], threading.Event()
 
         def stream():
             with httpx.stream(
@@ -136,12 +136,16 @@ def test_models_max_one_unloads_the_least_recently_used_idle_model(models_dir):
                 json={"model": "tiny-b", "prompt": PROMPT, "max_tokens": 48, "stream": True, "ignore_eos": True},
                 timeout=120,
             ) as r:
-                chunks = [line for line in r.iter_lines() if line.startswith("data: ")]
+                chunks = []
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        chunks.append(line)
+                        streaming.set()
             stream_done.append((time.monotonic(), len(chunks)))
 
         t = threading.Thread(target=stream)
         t.start()
-        time.sleep(0.3)
+        assert streaming.wait(60), "the stream sent nothing"
         assert complete(server, "tiny-a").status_code == 200
         answered = time.monotonic()
         t.join()

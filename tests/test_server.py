@@ -902,15 +902,24 @@ def test_lora_adapters_per_request(smollm2_path, tmp_path):
 
 
 def test_errors_map_by_the_library_s_own_types():
-    """A client's mistake is a 400 (the library's checks raise ValueError or RequestTypeError); a
-    TypeError or KeyError of a defect is a 500 that does not show its text."""
+    """A client's mistake is a 400 (the library's checks raise RequestValueError or RequestTypeError);
+    a built-in ValueError, TypeError or KeyError of a defect is a 500 that does not show its text."""
     from llama_ffi.high import ContextLengthError, RequestTypeError
+    from llama_ffi.high.chat.templates import TemplateError
+    from llama_ffi.high.errors import RequestValueError
     from llama_ffi.server.errors import from_library
 
-    assert from_library(ValueError("top_k must be >= 0")).status == 400
+    assert from_library(RequestValueError("top_k must be >= 0")).status == 400
     assert from_library(RequestTypeError("stop must be str")).status == 400
+    assert from_library(TemplateError("roles must alternate")).status == 400
     assert from_library(ContextLengthError("too long")).code == "context_length_exceeded"
-    for defect in (TypeError("'NoneType' object is not subscriptable"), KeyError("slot"), RuntimeError("x")):
+    defects = (
+        ValueError("slot"),
+        TypeError("'NoneType' object is not subscriptable"),
+        KeyError("slot"),
+        RuntimeError(),
+    )
+    for defect in defects:
         error = from_library(defect)
         assert error.status == 500 and "subscriptable" not in error.message and "slot" not in error.message
 

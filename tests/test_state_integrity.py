@@ -168,9 +168,9 @@ def test_a_damaged_cache_file_is_a_miss_removed_and_logged(smollm2_path, tmp_pat
     path.write_bytes(damages(path.read_bytes())[damage])
     caplog.set_level(logging.WARNING, logger="llama_ffi")
     with open_llama(smollm2_path, tmp_path) as llm:
-        before = llm.engine.stats.prompt_tokens
+        before = llm.engine.status().stats.prompt_tokens
         assert text_of(llm(STORY, max_tokens=12, **GREEDY)) == want
-        assert llm.engine.stats.prompt_tokens - before == len(llm.tokenize(STORY))  # evaluated afresh
+        assert llm.engine.status().stats.prompt_tokens - before == len(llm.tokenize(STORY))  # evaluated afresh
     assert not path.exists()
     logged = [r for r in caplog.records if "prompt cache" in r.getMessage()]
     assert len(logged) == 1, [r.getMessage() for r in logged]
@@ -179,9 +179,9 @@ def test_a_damaged_cache_file_is_a_miss_removed_and_logged(smollm2_path, tmp_pat
 def test_an_intact_cache_file_is_restored(smollm2_path, tmp_path):
     want, path = stored_entry(smollm2_path, tmp_path)
     with open_llama(smollm2_path, tmp_path) as llm:
-        before = llm.engine.stats.prompt_tokens
+        before = llm.engine.status().stats.prompt_tokens
         assert text_of(llm(STORY, max_tokens=12, **GREEDY)) == want
-        assert llm.engine.stats.prompt_tokens - before <= 1  # restored, not evaluated
+        assert llm.engine.status().stats.prompt_tokens - before <= 1  # restored, not evaluated
     assert path.exists()
 
 
@@ -191,9 +191,11 @@ def test_entries_of_another_kv_type_in_a_shared_cache_are_left_alone(smollm2_pat
     with Llama(str(smollm2_path), n_ctx=1024, n_threads=2, n_seq_max=1, type_k="q8_0", progress=False) as other:
         other.set_cache(LlamaDiskCache(tmp_path, 1 << 28))
         assert len(other.engine.slots.cache) == 1
-        before = other.engine.stats.prompt_tokens
+        before = other.engine.status().stats.prompt_tokens
         other(STORY, max_tokens=4, **GREEDY)
-        assert other.engine.stats.prompt_tokens - before == len(other.tokenize(STORY))  # the same tokens: a miss
+        assert other.engine.status().stats.prompt_tokens - before == len(
+            other.tokenize(STORY)
+        )  # the same tokens: a miss
     assert path.exists()  # valid, and another producer's: not ours to remove
     assert not [r for r in caplog.records if "could not be restored" in r.getMessage()]
 
@@ -207,9 +209,9 @@ def test_a_ram_cache_shared_by_two_kv_types_never_crosses(smollm2_path):
     assert len(cache) == 1
     with Llama(str(smollm2_path), n_ctx=1024, n_threads=2, n_seq_max=1, type_k="q8_0", progress=False) as other:
         other.set_cache(cache)
-        before = other.engine.stats.prompt_tokens
+        before = other.engine.status().stats.prompt_tokens
         other(STORY, max_tokens=2, **GREEDY)
-        assert other.engine.stats.prompt_tokens - before == len(other.tokenize(STORY))
+        assert other.engine.status().stats.prompt_tokens - before == len(other.tokenize(STORY))
 
 
 def test_opening_a_cache_reads_headers_only(smollm2_path, tmp_path):
@@ -304,9 +306,9 @@ def test_a_writer_killed_at_random_points_leaves_a_cache_the_next_process_uses(s
         try:
             for i in (0, 1):
                 prompt = f"Entry {i}. " + STORY
-                before = llm.engine.stats.prompt_tokens
+                before = llm.engine.status().stats.prompt_tokens
                 got = text_of(llm(prompt, max_tokens=8, **GREEDY))
-                assert llm.engine.stats.prompt_tokens - before <= 1  # restored from what the killed one wrote
+                assert llm.engine.status().stats.prompt_tokens - before <= 1  # restored from what the killed one wrote
                 reference(prompt, max_tokens=1, **GREEDY)
                 assert got == text_of(reference(prompt, max_tokens=8, **GREEDY))
         finally:

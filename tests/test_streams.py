@@ -102,7 +102,7 @@ def test_abandoned_stream_leaves_a_usable_consistent_cache(llm):
     del stream
     gc.collect()
     assert cache_is_consistent(llm)
-    assert not llm.engine.busy()  # its slot was freed at once
+    assert llm.engine.status().idle  # its slot was freed at once
     same(llm, QUESTION, alone(llm, QUESTION, max_tokens=12, **GREEDY), 12)
     assert cache_is_consistent(llm)
 

@@ -3,7 +3,7 @@
 from llama_ffi.high.compat import LlamaState
 from llama_ffi.high.context import ClosedError, Context, ContextLengthError, ContextParams, DecodeError
 from llama_ffi.high.engine.prompt_cache import LlamaCache, LlamaDiskCache, LlamaRAMCache
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.llama import Llama
 from llama_ffi.high.llama_embedding import LlamaEmbedding
@@ -14,6 +14,7 @@ from llama_ffi.high.tokenizer import Tokenizer
 
 __all__ = [
     "RequestTypeError",
+    "RequestValueError",
     "ClosedError",
     "Context",
     "ContextLengthError",

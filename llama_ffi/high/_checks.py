@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import math
 
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 
 def integer(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestTypeError(f"{name} must be an int, got {type(value).__name__}")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise RequestValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+        raise RequestValueError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -22,11 +22,11 @@ def number(name: str, value, minimum: float | None = None, maximum: float | None
         raise RequestTypeError(f"{name} must be a number, got {type(value).__name__}")
     value = float(value)
     if math.isnan(value):
-        raise ValueError(f"{name} must not be NaN")
+        raise RequestValueError(f"{name} must not be NaN")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise RequestValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+        raise RequestValueError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.model import Model, check_gguf_file
 
 ADAPTER_TYPE_KEY = "adapter.type"
@@ -41,11 +41,13 @@ class LoraAdapter:
         check_gguf_file(self.path)
         kind = _adapter_type(self.path)
         if kind != "lora":
-            raise ValueError(f"{self.path} is not a LoRA adapter ({ADAPTER_TYPE_KEY} is {kind!r}, expected 'lora')")
+            raise RequestValueError(
+                f"{self.path} is not a LoRA adapter ({ADAPTER_TYPE_KEY} is {kind!r}, expected 'lora')"
+            )
         with capture_errors() as errors:
             ptr = lib.llama_adapter_lora_init(model.ptr, os.fsencode(self.path))
         if ptr == ffi.NULL:
-            raise ValueError(
+            raise RequestValueError(
                 f"llama.cpp could not load the LoRA adapter {self.path} for this model: "
                 f"{reason(errors, 'unknown error (see the llama_ffi logger)')}"
             )
@@ -89,7 +91,7 @@ def _open_gguf(path: Path, what: str, tensors=None):
     with capture_errors() as errors:
         ctx = lib.gguf_init_from_file(os.fsencode(path), params[0])
     if ctx == ffi.NULL:
-        raise ValueError(f"{path} is not a readable {what}: {reason(errors, 'damaged file')}")
+        raise RequestValueError(f"{path} is not a readable {what}: {reason(errors, 'damaged file')}")
     try:
         yield ctx
     finally:
@@ -138,18 +140,18 @@ def read_control_vector_file(path: str | os.PathLike, scale: float = 1.0) -> tup
             name = ffi.string(lib.gguf_get_tensor_name(gctx, i)).decode("utf-8", "replace")
             layer = name[len(DIRECTION_PREFIX) :] if name.startswith(DIRECTION_PREFIX) else ""
             if not layer.isdigit() or int(layer) == 0:
-                raise ValueError(f"{path}: tensor {name!r} is not direction.<layer> with a layer >= 1")
+                raise RequestValueError(f"{path}: tensor {name!r} is not direction.<layer> with a layer >= 1")
             tensor = lib.ggml_get_tensor(holder[0], name.encode())
             if tensor.type != lib.GGML_TYPE_F32 or lib.ggml_n_dims(tensor) != 1:
-                raise ValueError(f"{path}: tensor {name!r} must be a 1-D f32 tensor")
+                raise RequestValueError(f"{path}: tensor {name!r} must be a 1-D f32 tensor")
             n = lib.ggml_nelements(tensor)
             if n_embd not in (-1, n):
-                raise ValueError(f"{path}: tensor {name!r} has {n} values, the others {n_embd}")
+                raise RequestValueError(f"{path}: tensor {name!r} has {n} values, the others {n_embd}")
             n_embd = n
             values = np.frombuffer(ffi.buffer(tensor.data, 4 * n), dtype=np.float32) * np.float32(scale)
             rows[int(layer)] = rows.get(int(layer), np.zeros(n, np.float32)) + values
         if not rows:
-            raise ValueError(f"{path} holds no direction tensors")
+            raise RequestValueError(f"{path} holds no direction tensors")
     data = np.zeros((max(rows), n_embd), np.float32)
     for layer, values in rows.items():
         data[layer - 1] = values
@@ -166,43 +168,43 @@ def control_vector(spec, n_embd: int, n_layer: int) -> ControlVector | None:
         raise RequestTypeError("control_vector must be a dict with 'data' or 'files' (or a ControlVector)")
     unknown = set(spec) - {"data", "files", "layer_start", "layer_end"}
     if unknown or ("data" in spec) == ("files" in spec):
-        raise ValueError(
+        raise RequestValueError(
             "control_vector takes exactly one of 'data' or 'files', plus optional "
             f"'layer_start' / 'layer_end'; got keys {sorted(spec)}"
         )
     start, end = spec.get("layer_start", 1), spec.get("layer_end", n_layer)
     for name, value in (("layer_start", start), ("layer_end", end)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= n_layer:
-            raise ValueError(
+            raise RequestValueError(
                 f"control_vector {name} must be an int in 1..{n_layer} (the model's layers), got {value!r}"
             )
     if start > end:
-        raise ValueError(f"control_vector layer_start ({start}) is after layer_end ({end})")
+        raise RequestValueError(f"control_vector layer_start ({start}) is after layer_end ({end})")
     if "data" in spec:
         data = np.ascontiguousarray(np.asarray(spec["data"], dtype=np.float32).reshape(-1))
         if data.size == 0 or data.size % n_embd or data.size // n_embd > n_layer:
-            raise ValueError(
+            raise RequestValueError(
                 f"control_vector data has {data.size} floats; expected n_embd ({n_embd}) x the "
                 f"number of layers it covers from layer 1, e.g. {n_embd} x {end} = {n_embd * end}"
             )
     else:
         data = _sum_files(spec["files"], n_embd)
     if not np.all(np.isfinite(data)):
-        raise ValueError("control_vector data must be finite")
+        raise RequestValueError("control_vector data must be finite")
     return ControlVector(data, n_embd, start, end)
 
 
 def _sum_files(files, n_embd: int) -> np.ndarray:
     items = [files] if isinstance(files, (str, os.PathLike)) else list(files)
     if not items:
-        raise ValueError("control_vector files is empty")
+        raise RequestValueError("control_vector files is empty")
     total = np.zeros(0, np.float32)
     for item in items:
         path, scale = (item, 1.0) if isinstance(item, (str, os.PathLike)) else item
         _finite_scale(f"control vector {path}", scale)
         width, data = read_control_vector_file(path, scale)
         if width != n_embd:
-            raise ValueError(f"control vector {path} has n_embd {width}; the model has {n_embd}")
+            raise RequestValueError(f"control vector {path} has n_embd {width}; the model has {n_embd}")
         if data.size > total.size:
             total = np.concatenate([total, np.zeros(data.size - total.size, np.float32)])
         total[: data.size] += data
@@ -211,7 +213,7 @@ def _sum_files(files, n_embd: int) -> np.ndarray:
 
 def _finite_scale(what: str, scale) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError(f"{what}: scale must be a finite number, got {scale!r}")
+        raise RequestValueError(f"{what}: scale must be a finite number, got {scale!r}")
     return float(scale)
 
 
@@ -250,9 +252,9 @@ class Adapters:
 
     def load(self, name: str, path: str | os.PathLike) -> LoraAdapter:
         if not isinstance(name, str) or not name:
-            raise ValueError(f"a LoRA adapter name must be a non-empty str, got {name!r}")
+            raise RequestValueError(f"a LoRA adapter name must be a non-empty str, got {name!r}")
         if name in self.by_name:
-            raise ValueError(f"a LoRA adapter named {name!r} is already loaded ({self.by_name[name].path})")
+            raise RequestValueError(f"a LoRA adapter named {name!r} is already loaded ({self.by_name[name].path})")
         adapter = LoraAdapter(self.model, name, path)
         self.by_name[name] = adapter
         return adapter
@@ -293,7 +295,7 @@ class Adapters:
     def _get(self, name) -> LoraAdapter:
         if name not in self.by_name:
             known = ", ".join(sorted(self.by_name)) or "none are loaded"
-            raise ValueError(f"no LoRA adapter named {name!r} (loaded: {known})")
+            raise RequestValueError(f"no LoRA adapter named {name!r} (loaded: {known})")
         return self.by_name[name]
 
     def select(self, active_loras, cvec_spec) -> Selection:
@@ -306,7 +308,7 @@ class Adapters:
             picked = []
             for item in active_loras:
                 if not isinstance(item, Mapping) or "name" not in item or set(item) - {"name", "scale"}:
-                    raise ValueError(f'active_loras entries are {{"name": str, "scale": float}}, got {item!r}')
+                    raise RequestValueError(f'active_loras entries are {{"name": str, "scale": float}}, got {item!r}')
                 name = item["name"]
                 picked.append((self._get(name), _finite_scale(f"LoRA {name!r}", item.get("scale", 1.0))))
             loras = tuple(picked)

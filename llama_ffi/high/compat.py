@@ -15,7 +15,7 @@ import numpy as np
 
 from llama_ffi import lib
 from llama_ffi.high._checks import flag, integer
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.sampling_fields import LEGACY
 
 # llama-cpp-python's -1 seed: a random one (llama.cpp's LLAMA_DEFAULT_SEED).
@@ -69,7 +69,7 @@ def removed_parameters(kwargs: dict[str, Any], table: Mapping[str, tuple[Any, st
             off, why = table[name]
             value = kwargs.pop(name)
             if value != off and not (off is None and value is None):
-                raise ValueError(f"{name}={value!r} is not supported: {why}")
+                raise RequestValueError(f"{name}={value!r} is not supported: {why}")
 
 
 def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     draft_model = kwargs.pop("draft_model", None)
     if draft_model is not None:
         if not hasattr(draft_model, "spec_config"):
-            raise ValueError(
+            raise RequestValueError(
                 "draft_model must be a llama_ffi.llama_speculative.LlamaPromptLookupDecoding; for a "
                 "draft GGUF pass speculative=SpecConfig(type='draft', draft_model_path=...)"
             )
@@ -89,7 +89,7 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
         ours["spm_infill"] = flag("spm_infill", kwargs.pop("spm_infill"))
     handler_kwargs = kwargs.pop("chat_handler_kwargs", None) or {}  # the fork's: template variables
     if not isinstance(handler_kwargs, dict) or set(handler_kwargs) - {"extra_template_arguments"}:
-        raise ValueError(
+        raise RequestValueError(
             "chat_handler_kwargs takes {'extra_template_arguments': {...}}; a multimodal handler's "
             "options go to its constructor (MTMDChatHandler(clip_model_path, image_max_tokens=...))"
         )
@@ -101,7 +101,7 @@ def init_options(kwargs: dict[str, Any]) -> dict[str, Any]:
             ours.update(type_k="f32", type_v="f32")
     for name, alternative in REFUSED_INIT.items():
         if kwargs.get(name) is not None:
-            raise ValueError(f"{name} is not supported: {alternative}")
+            raise RequestValueError(f"{name} is not supported: {alternative}")
         kwargs.pop(name, None)
     if kwargs:
         raise RequestTypeError(f"Llama() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
@@ -112,7 +112,7 @@ def completion_options(kwargs: dict[str, Any]) -> None:
     """Check llama-cpp-python's completion parameters that have no effect here (in place)."""
     removed_parameters(kwargs, REMOVED_SAMPLING)
     if kwargs.pop("suffix", None) is not None:
-        raise ValueError("suffix= (fill in the middle) is a parameter of create_completion only")
+        raise RequestValueError("suffix= (fill in the middle) is a parameter of create_completion only")
 
 
 def chat_options(kwargs: dict[str, Any]) -> None:
@@ -121,19 +121,19 @@ def chat_options(kwargs: dict[str, Any]) -> None:
     function_call = kwargs.pop("function_call", None)
     if functions is not None:
         if kwargs.get("tools") is not None:
-            raise ValueError("pass either tools or the legacy functions, not both")
+            raise RequestValueError("pass either tools or the legacy functions, not both")
         kwargs["tools"] = [{"type": "function", "function": f} for f in functions]
         if isinstance(function_call, dict):
             kwargs["tool_choice"] = {"type": "function", "function": {"name": function_call["name"]}}
         elif function_call is not None:
             kwargs["tool_choice"] = function_call  # "auto" / "none"
     elif function_call is not None:
-        raise ValueError("function_call needs functions")
+        raise RequestValueError("function_call needs functions")
     top_logprobs = kwargs.pop("top_logprobs", None)
     if "logprobs" in kwargs and isinstance(kwargs["logprobs"], bool):
         kwargs["logprobs"] = (top_logprobs or 0) if kwargs["logprobs"] else None
     elif top_logprobs is not None:
-        raise ValueError("top_logprobs needs logprobs=True")
+        raise RequestValueError("top_logprobs needs logprobs=True")
 
 
 def chat_logprobs(block: dict | None) -> dict | None:
@@ -197,7 +197,7 @@ def scores(llm) -> np.ndarray:
 def checked_seed(seed: int) -> int:
     """``set_seed``'s argument as llama.cpp's seed (-1: a random one)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed <= 0xFFFFFFFF:
-        raise ValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
+        raise RequestValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
     return seed_value(seed)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from llama_ffi.high.compat import completion_options as compat_options
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.infill import prompt_tokens as infill_tokens
 from llama_ffi.high.multimodal import MediaPrompt
@@ -58,7 +58,7 @@ def prompt_list(prompt) -> list | None:
     if items and all(isinstance(t, int) and not isinstance(t, bool) for t in items):
         return None  # one prompt as tokens
     if not items:
-        raise ValueError("prompt is an empty list: give a string, a token list, or a list of either")
+        raise RequestValueError("prompt is an empty list: give a string, a token list, or a list of either")
     if all(isinstance(p, (str, bytes)) for p in items):
         return items
     if all(isinstance(p, Sequence) and not isinstance(p, (str, bytes)) for p in items):
@@ -100,7 +100,7 @@ def prepare_keywords(llm, prompt, keywords: dict) -> Prepared:
 
 def check_generates(llm) -> None:
     if not llm.loaded_model.generates_text:
-        raise ValueError(
+        raise RequestValueError(
             f"{os.path.basename(llm.model_path)} cannot generate text: its attention is not causal "
             "(an embedding model); use embed, create_embedding or rank"
         )

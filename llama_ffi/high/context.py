@@ -11,6 +11,7 @@ import numpy as np
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high._checks import flag, integer, number
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.model import Model
 from llama_ffi.high.threads import default_threads
 
@@ -30,7 +31,7 @@ def ggml_type(name: str, value) -> int:
     """A KV cache type given as a ggml enum value or its name ("f16", "q8_0", ...)."""
     if isinstance(value, str):
         if value.lower() not in _GGML_TYPES:
-            raise ValueError(f"{name}: unknown ggml type {value!r}")
+            raise RequestValueError(f"{name}: unknown ggml type {value!r}")
         return _GGML_TYPES[value.lower()]
     integer(name, value, 0, lib.GGML_TYPE_COUNT - 1)
     return value
@@ -137,9 +138,9 @@ class ContextParams:
         if flag("mtp", self.mtp):
             cp.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
         if cp.n_seq_max > cp.n_batch:  # llama.cpp asserts on this (one output per sequence)
-            raise ValueError(f"n_seq_max ({cp.n_seq_max}) must not exceed n_batch ({cp.n_batch})")
+            raise RequestValueError(f"n_seq_max ({cp.n_seq_max}) must not exceed n_batch ({cp.n_batch})")
         if self.n_batch is not None and self.n_ubatch is not None and self.n_ubatch > self.n_batch:
-            raise ValueError(f"n_ubatch ({self.n_ubatch}) must not exceed n_batch ({self.n_batch})")
+            raise RequestValueError(f"n_ubatch ({self.n_ubatch}) must not exceed n_batch ({self.n_batch})")
         return cp
 
 
@@ -151,7 +152,7 @@ class DecodeAborted(DecodeError):
     """A decode stopped by ``Context.abort`` (its request was cancelled): nothing is wrong."""
 
 
-class ContextLengthError(ValueError):
+class ContextLengthError(RequestValueError):
     """A prompt (or what it adds to a cache) needs more cells than a sequence holds: ``n_prompt_tokens``
     of them, where a sequence holds ``n_ctx``."""
 
@@ -181,7 +182,7 @@ class Context:
             ptr = lib.llama_init_from_model(model.ptr, cp)
         model.check_remote()
         if ptr == ffi.NULL:
-            raise ValueError(f"llama.cpp could not create a context: {reason(errors, 'unknown error')}")
+            raise RequestValueError(f"llama.cpp could not create a context: {reason(errors, 'unknown error')}")
         self._ptr = ptr
         self.model = model
         self.type_k, self.type_v = cp.type_k, cp.type_v  # the KV cache's element types, for saved states
@@ -346,12 +347,12 @@ class Context:
     def set_seq_state_bytes(self, seq: int, data: bytes) -> None:
         lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
         if lib.llama_state_seq_set_data(self.ptr, ffi.from_buffer(data), len(data), seq) != len(data):
-            raise ValueError("sequence state does not fit this context")
+            raise RequestValueError("sequence state does not fit this context")
 
     def set_state_bytes(self, data: bytes) -> None:
         n = lib.llama_state_set_data(self.ptr, ffi.from_buffer(data), len(data))
         if n != len(data):
-            raise ValueError(f"state does not fit this context (read {n} of {len(data)} bytes)")
+            raise RequestValueError(f"state does not fit this context (read {n} of {len(data)} bytes)")
 
 
 def raise_for_decode_status(rc: int) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi.high.batch import Batch
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 NORM_NONE, NORM_MAX_INT16, NORM_TAXICAB, NORM_EUCLIDEAN = -1, 0, 1, 2
 
@@ -27,7 +27,7 @@ def normalize(vectors: np.ndarray, mode: int | bool = NORM_EUCLIDEAN) -> np.ndar
     elif mode is False:
         mode = NORM_NONE
     if isinstance(mode, bool) or not isinstance(mode, int) or mode < -1:
-        raise ValueError(f"normalize must be -1, 0, 1, 2, an integer p > 2, or a bool; got {mode!r}")
+        raise RequestValueError(f"normalize must be -1, 0, 1, 2, an integer p > 2, or a bool; got {mode!r}")
     v = np.asarray(vectors, dtype=np.float32)
     if mode == NORM_NONE:
         return v
@@ -61,7 +61,7 @@ def fit(tokens: list[int], limit: int, index: int, truncate: bool) -> list[int]:
     if len(tokens) <= limit:
         return tokens
     if not truncate:
-        raise ValueError(
+        raise RequestValueError(
             f"input {index} is too large to process: {len(tokens)} tokens, more than the {limit} a "
             f"sequence can hold (n_batch/n_ctx); pass truncate=True to cut it"
         )
@@ -169,12 +169,14 @@ def _context_and_pooling(llm, need_rank: bool = False):
     ctx = llm.context
     pooling = lib.llama_pooling_type(ctx.ptr)
     if not llm.context_params.embeddings:
-        raise ValueError(
+        raise RequestValueError(
             "this Llama was created without embeddings=True: create it with "
             "Llama(..., embeddings=True) or use LlamaEmbedding"
         )
     if need_rank and pooling != lib.LLAMA_POOLING_TYPE_RANK:
-        raise ValueError(f"rank() needs a reranking model (pooling type rank); this context pools with type {pooling}")
+        raise RequestValueError(
+            f"rank() needs a reranking model (pooling type rank); this context pools with type {pooling}"
+        )
     return ctx, pooling
 
 
@@ -189,11 +191,11 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
             try:
                 llm.tokenizer.check_tokens(text)
             except ValueError as error:
-                raise ValueError(f"input {i}: {error}") from None
+                raise RequestValueError(f"input {i}: {error}") from None
     token_lists = [fit(t if isinstance(t, list) else tokens_of(t), limit, i, truncate) for i, t in enumerate(texts)]
     for i, toks in enumerate(token_lists):
         if not toks:
-            raise ValueError(f"input {i} has no tokens")
+            raise RequestValueError(f"input {i} has no tokens")
     n_out = 1 if pooling == lib.LLAMA_POOLING_TYPE_RANK else llm.loaded_model.n_embd
     out: list[np.ndarray] = [np.empty(0)] * len(texts)
 
@@ -223,7 +225,7 @@ def embed(llm, input, norm, truncate: bool, return_count: bool):
 
 def create_embedding(llm, input, model, norm, truncate: bool, output_format: str):
     if output_format not in ("json", "json+", "array", "numpy"):
-        raise ValueError(f"output_format must be json, json+, array or numpy, not {output_format!r}")
+        raise RequestValueError(f"output_format must be json, json+, array or numpy, not {output_format!r}")
     norm = llm.DEFAULT_NORMALIZE if norm is None else norm
     texts = check_inputs(input)
     vectors, count = embed_all(llm, texts, truncate) if texts else ([], 0)

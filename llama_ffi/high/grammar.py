@@ -11,6 +11,7 @@ from pathlib import Path
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors
+from llama_ffi.high.errors import RequestValueError
 
 log = logging.getLogger("llama_ffi")
 
@@ -46,7 +47,7 @@ class LlamaGrammar:
 
     def __init__(self, text: str, root: str = "root") -> None:
         if not isinstance(text, str) or not text.strip():
-            raise ValueError("grammar text must be a non-empty string")
+            raise RequestValueError("grammar text must be a non-empty string")
         self.text = text
         self.root = root
         self._parsed: set[int] = set()  # vocabularies it parsed against
@@ -84,7 +85,7 @@ class LlamaGrammar:
             smpl = lib.llama_sampler_init_grammar(vocab, self.text.encode(), self.root.encode())
         if smpl == ffi.NULL:
             message = " ".join((printed[0] + " " + "".join(logged)).split())
-            raise ValueError(f"invalid grammar: {message or 'llama.cpp rejected it'}")
+            raise RequestValueError(f"invalid grammar: {message or 'llama.cpp rejected it'}")
         self._parsed.add(key)
         return smpl
 

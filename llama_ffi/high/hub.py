@@ -15,11 +15,13 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from llama_ffi.high.errors import RequestValueError
+
 SPLIT_PART = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's -hf default tag
 
 
-class HubError(ValueError):
+class HubError(RequestValueError):
     """The repository, the file or the cache cannot give what was asked for; the message says why."""
 
 

@@ -6,7 +6,7 @@ BOS when the model adds one), so the middle it generates is the server's."""
 from __future__ import annotations
 
 from llama_ffi import lib
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 PROJECT_HEADER = "myproject\n"  # llama-server's fixed repository name and file name
 FILE_HEADER = "filename\n"
@@ -17,7 +17,7 @@ def fim_tokens(vocab) -> tuple[int, int, int]:
     """(prefix, suffix, middle) token ids; ValueError when the model has none."""
     ids = lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)
     if min(ids) < 0:
-        raise ValueError(
+        raise RequestValueError(
             "suffix= needs a model with fill-in-the-middle tokens (FIM prefix, suffix and middle); "
             "this model has none: use a code model trained for infill"
         )

@@ -20,6 +20,7 @@ from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.context import ClosedError, Context
 from llama_ffi.high.engine import Engine, results
 from llama_ffi.high.engine.slots import Slot
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model
 from llama_ffi.high.sampling import SamplingParams
@@ -42,7 +43,7 @@ class Llama:
             p.chat_handler, p.mmproj_path, p.template_arguments
         )
         if mmproj_path is not None and p.speculative is not None:
-            raise ValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
+            raise RequestValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
         self.chat_format = p.chat_format
         self.chat_template = p.chat_template  # replaces the model's own (llama-server's --chat-template)
         self.spm_infill = p.spm_infill  # suffix= puts the suffix first

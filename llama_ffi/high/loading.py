@@ -20,7 +20,7 @@ from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams
 from llama_ffi.high.engine import Counters, Engine, default_slots
 from llama_ffi.high.engine.speculation import Speculation
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.main_sequence import MainSequence
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType, create_drafter
@@ -67,7 +67,7 @@ def params(options: dict[str, Any]) -> LlamaParams:
     ours = {k: v for k, v in options.items() if k in known and k not in TRANSLATED}
     legacy = compat.init_options({k: v for k, v in options.items() if k not in ours})
     if "speculative" in legacy and ours.get("speculative") is not None:
-        raise ValueError("pass either draft_model or speculative, not both")
+        raise RequestValueError("pass either draft_model or speculative, not both")
     given = {**ours, **legacy}
     own = {k: v for k, v in given.items() if k in OWN_FIELDS}
     speculative = own.get("speculative")

@@ -14,6 +14,7 @@ from llama_ffi import lib
 from llama_ffi.high import multimodal
 from llama_ffi.high.context import ContextLengthError
 from llama_ffi.high.engine.slots import Slot
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.sampling import SamplerChain, SamplingParams
 
 
@@ -68,7 +69,7 @@ class MainSequence:
         if isinstance(prompt, multimodal.MediaPrompt):
             multimodal.evaluate(self.context, slot, prompt, self.decode, self.counters)
         elif not prompt:
-            raise ValueError("prompt is empty")
+            raise RequestValueError("prompt is empty")
         else:
             self.check_fits(prompt)
             keep = self.context.keep_prefix(slot.tokens, prompt, slot.seq)
@@ -92,7 +93,7 @@ class MainSequence:
         has seen the cached tokens (``Llama.sample``)."""
         tokens = self.slot.tokens
         if idx is not None and idx != len(tokens) - 1:
-            raise ValueError(
+            raise RequestValueError(
                 f"idx={idx}: only the last evaluated position ({len(tokens) - 1}) "
                 "has logits in the context; read others from llm.scores"
             )

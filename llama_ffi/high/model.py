@@ -14,7 +14,7 @@ from llama_ffi import ffi, lib, rpc
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.devices import device_by_name
 from llama_ffi.high._checks import flag, integer, number
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.validate import check_model_file
 
 GGUF_MAGIC = b"GGUF"
@@ -50,10 +50,12 @@ class ModelParams:
                     f"device must be a ggml device name (a str) or None, got {type(self.device).__name__}"
                 )
             if self.rpc_servers is not None:
-                raise ValueError("pass either device or rpc_servers: the workers' devices are the model's devices")
+                raise RequestValueError(
+                    "pass either device or rpc_servers: the workers' devices are the model's devices"
+                )
         if self.tensor_split is not None:
             if len(self.tensor_split) > lib.llama_max_devices():
-                raise ValueError(
+                raise RequestValueError(
                     f"tensor_split has {len(self.tensor_split)} weights; llama.cpp takes at most "
                     f"{lib.llama_max_devices()} (llama_max_devices)"
                 )
@@ -64,11 +66,11 @@ class ModelParams:
                 flag(name, getattr(self, name))
         for key, value in (self.kv_overrides or {}).items():
             if not isinstance(key, str) or not key or len(key.encode()) >= 128:
-                raise ValueError(f"kv_overrides key must be a non-empty str under 128 bytes: {key!r}")
+                raise RequestValueError(f"kv_overrides key must be a non-empty str under 128 bytes: {key!r}")
             if not isinstance(value, (bool, int, float, str)):
                 raise RequestTypeError(f"kv_overrides[{key!r}] must be bool, int, float or str")
             if isinstance(value, str) and len(value.encode()) >= 128:
-                raise ValueError(f"kv_overrides[{key!r}]: string values must be under 128 bytes")
+                raise RequestValueError(f"kv_overrides[{key!r}]: string values must be under 128 bytes")
 
 
 class _Progress:
@@ -98,11 +100,11 @@ def check_gguf_file(path: Path) -> None:
     if not path.exists():
         raise FileNotFoundError(f"model file not found: {path}")
     if not path.is_file():
-        raise ValueError(f"model path is not a file: {path}")
+        raise RequestValueError(f"model path is not a file: {path}")
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
-        raise ValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
+        raise RequestValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
 
 
 FINGERPRINT_SPAN = 1 << 20
@@ -223,7 +225,7 @@ class Model:
             else:
                 self.remote.check()
         if ptr == ffi.NULL:
-            raise ValueError(
+            raise RequestValueError(
                 f"llama.cpp could not load {self.path}: {reason(errors, 'unknown error (see the llama_ffi logger)')}"
             )
         self._ptr = ptr

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from llama_ffi import ffi, lib
 from llama_ffi.high._checks import integer, number
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.sampling_fields import FIELDS
 
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
@@ -211,7 +211,7 @@ class SamplerChain:
         if smpl is None:
             return
         if smpl == ffi.NULL:
-            raise ValueError(f"llama.cpp refused the {name} sampler parameters")
+            raise RequestValueError(f"llama.cpp refused the {name} sampler parameters")
         lib.llama_sampler_chain_add(self._ptr, smpl)  # the chain owns it from here
         self.names.append(lib.llama_sampler_name(smpl) and ffi.string(lib.llama_sampler_name(smpl)).decode())
 

@@ -9,15 +9,16 @@ import os
 
 from llama_ffi.high import state
 from llama_ffi.high.engine.slots import Slot
+from llama_ffi.high.errors import RequestValueError
 
 
 def _idle_slot(llm, slot_id: int) -> Slot:
     slots = llm.engine.slots.slots
     if isinstance(slot_id, bool) or not isinstance(slot_id, int) or not 0 <= slot_id < len(slots):
-        raise ValueError(f"no slot {slot_id!r}: this Llama has slots 0..{len(slots) - 1}")
+        raise RequestValueError(f"no slot {slot_id!r}: this Llama has slots 0..{len(slots) - 1}")
     slot = slots[slot_id]
     if slot.owner is not None:
-        raise ValueError(f"slot {slot_id} is processing a request: try again when it is idle")
+        raise RequestValueError(f"slot {slot_id} is processing a request: try again when it is idle")
     return slot
 
 
@@ -40,7 +41,7 @@ class SlotFiles:
         llm = self.llm
         header, cells, whole_context = state.decode(state.read(path), state.producer_of(llm.context))
         if whole_context:
-            raise ValueError(f"{os.fspath(path)} holds a whole context's state (save_state), not one slot's")
+            raise RequestValueError(f"{os.fspath(path)} holds a whole context's state (save_state), not one slot's")
         tokens, spans, selection = state.checked_cells(llm, header)
 
         def restore() -> None:

@@ -29,6 +29,7 @@ from llama_ffi import lib
 from llama_ffi._guard import expected_commit
 from llama_ffi.high import compat
 from llama_ffi.high.adapters import ControlVector, Selection
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.multimodal.prompt import MEDIA_POSITION
 
 MAGIC = b"LFFISTA3"
@@ -68,10 +69,10 @@ _PRODUCER_NAMES = {
 def check_producer(header: dict, producer: dict) -> None:
     made_by = header.get("producer")
     if not isinstance(made_by, dict):
-        raise ValueError("damaged llama_ffi state: it does not say what made it")
+        raise RequestValueError("damaged llama_ffi state: it does not say what made it")
     for field, what in _PRODUCER_NAMES.items():
         if made_by.get(field) != producer[field]:
-            raise ValueError(
+            raise RequestValueError(
                 f"the state was made by {what} ({field} {made_by.get(field)!r}, "
                 f"this one has {producer[field]!r}): it cannot be restored here"
             )
@@ -102,13 +103,13 @@ def encode(tokens: list[int], spans, selection: Selection | None, seq_state: byt
 
 def _parse_header(raw: bytes, crc: int | None = None) -> dict:
     if crc is not None and zlib.crc32(raw) != crc:
-        raise ValueError("damaged llama_ffi state: its header's checksum does not match")
+        raise RequestValueError("damaged llama_ffi state: its header's checksum does not match")
     try:
         header = json.loads(raw)
     except ValueError:
         header = None
     if not isinstance(header, dict) or not isinstance(header.get("tokens"), list):
-        raise ValueError("truncated or damaged llama_ffi state (its header does not parse)")
+        raise RequestValueError("truncated or damaged llama_ffi state (its header does not parse)")
     return header
 
 
@@ -119,25 +120,27 @@ def decode(data: bytes, producer: dict | None = None) -> tuple[dict, bytes, bool
         (n,) = _COUNT.unpack_from(data, len(MAGIC_V1))
         start = _PREFIX_V2
         if len(data) < start + 4 * n:
-            raise ValueError("truncated llama_ffi state")
+            raise RequestValueError("truncated llama_ffi state")
         tokens = np.frombuffer(data, dtype="<i4", count=n, offset=start).tolist()
         return {"tokens": tokens, "media_spans": [], "loras": [], "cvec": None}, bytes(data[start + 4 * n :]), True
     if data.startswith(MAGIC_V2) and len(data) >= _PREFIX_V2:
         (n,) = _COUNT.unpack_from(data, len(MAGIC_V2))
         return _parse_header(bytes(data[_PREFIX_V2 : _PREFIX_V2 + n])), bytes(data[_PREFIX_V2 + n :]), False
     if not data.startswith(MAGIC):
-        raise ValueError("not a llama_ffi state (bad magic)")
+        raise RequestValueError("not a llama_ffi state (bad magic)")
     if len(data) < _PREFIX + _TRAILER:
-        raise ValueError("truncated llama_ffi state")
+        raise RequestValueError("truncated llama_ffi state")
     body = memoryview(data)[len(MAGIC) : len(data) - _TRAILER]
     (crc,) = _COUNT.unpack_from(data, len(data) - _TRAILER)
     if zlib.crc32(body) != crc:
-        raise ValueError("damaged llama_ffi state: its checksum does not match (cut short, appended to, or changed)")
+        raise RequestValueError(
+            "damaged llama_ffi state: its checksum does not match (cut short, appended to, or changed)"
+        )
     n, header_crc = _HEADER_SIZE_AND_CRC.unpack_from(data, len(MAGIC))
     header = _parse_header(bytes(data[_PREFIX : _PREFIX + n]), header_crc)
     payload = bytes(data[_PREFIX + n : len(data) - _TRAILER])
     if header.get("payload_bytes") != len(payload):
-        raise ValueError("damaged llama_ffi state: its payload is not the length its header says")
+        raise RequestValueError("damaged llama_ffi state: its payload is not the length its header says")
     if producer is not None:
         check_producer(header, producer)
     return header, payload, False
@@ -149,14 +152,14 @@ def read_header(path: str | os.PathLike) -> dict:
     with open(path, "rb") as f:
         prefix = f.read(_PREFIX)
         if len(prefix) < _PREFIX or not prefix.startswith(MAGIC):
-            raise ValueError("not a version-3 llama_ffi state")
+            raise RequestValueError("not a version-3 llama_ffi state")
         n, header_crc = _HEADER_SIZE_AND_CRC.unpack_from(prefix, len(MAGIC))
         size = os.fstat(f.fileno()).st_size
         if _PREFIX + n + _TRAILER > size:
-            raise ValueError("truncated llama_ffi state")
+            raise RequestValueError("truncated llama_ffi state")
         header = _parse_header(f.read(n), header_crc)
     if _PREFIX + n + header.get("payload_bytes", -1) + _TRAILER != size:
-        raise ValueError("damaged llama_ffi state: the file is not the length its header says")
+        raise RequestValueError("damaged llama_ffi state: the file is not the length its header says")
     return header
 
 
@@ -213,7 +216,7 @@ def _selection(llm, header: dict) -> Selection:
     for item in header.get("loras") or []:
         name, scale = item
         if name not in llm.adapters.by_name:
-            raise ValueError(
+            raise RequestValueError(
                 f"the state was computed under the LoRA adapter {name!r}, which is not loaded: load_lora it first"
             )
         loras.append((llm.adapters.by_name[name], float(scale)))
@@ -229,13 +232,13 @@ def _check_cells(llm, tokens: list, spans: list) -> list[tuple[int, int, str]]:
     media = set()
     for start, n, _ in spans:
         if start < 0 or n <= 0 or start + n > len(tokens):
-            raise ValueError(
+            raise RequestValueError(
                 f"damaged llama_ffi state: a media span ({start}, {n}) lies outside its {len(tokens)} cells"
             )
         media.update(range(start, start + n))
     text = [t for i, t in enumerate(tokens) if i not in media]
     if any(tokens[i] != MEDIA_POSITION for i in media):
-        raise ValueError("damaged llama_ffi state: a media span covers text tokens")
+        raise RequestValueError("damaged llama_ffi state: a media span covers text tokens")
     llm.tokenizer.check_tokens(text)
     return spans
 
@@ -248,9 +251,11 @@ def checked_cells(llm, header: dict) -> tuple[list[int], list, Selection]:
         spans = _check_cells(llm, tokens, header.get("media_spans") or [])
         selection = _selection(llm, header)
     except (TypeError, KeyError, AttributeError) as error:
-        raise ValueError(f"damaged llama_ffi state: its header is malformed ({error!r})") from None
+        raise RequestValueError(f"damaged llama_ffi state: its header is malformed ({error!r})") from None
     if len(tokens) > llm.context.n_ctx_seq:
-        raise ValueError(f"the state holds {len(tokens)} tokens; this context's sequences hold {llm.context.n_ctx_seq}")
+        raise RequestValueError(
+            f"the state holds {len(tokens)} tokens; this context's sequences hold {llm.context.n_ctx_seq}"
+        )
     return list(tokens), spans, selection
 
 

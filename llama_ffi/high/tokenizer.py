@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Sequence
 
 from llama_ffi import ffi, lib
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 
 class Tokenizer:
@@ -49,7 +49,7 @@ class Tokenizer:
             buf = ffi.new("llama_token[]", capacity)
             n = lib.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, special)
         if n < 0:
-            raise ValueError(f"tokenization failed ({n}) for a text of {len(data)} bytes")
+            raise RequestValueError(f"tokenization failed ({n}) for a text of {len(data)} bytes")
         return list(ffi.unpack(buf, n))
 
     def check_tokens(self, tokens: Sequence[int]) -> None:
@@ -58,7 +58,7 @@ class Tokenizer:
             if isinstance(t, bool) or not isinstance(t, int):
                 raise RequestTypeError(f"token {i} is {type(t).__name__}, not int")
             if not 0 <= t < n_vocab:
-                raise ValueError(f"token {i} ({t}) is outside the vocabulary (0..{n_vocab - 1})")
+                raise RequestValueError(f"token {i} ({t}) is outside the vocabulary (0..{n_vocab - 1})")
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token (may be part of a UTF-8 character)."""

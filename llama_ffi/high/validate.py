@@ -16,6 +16,7 @@ from pathlib import Path
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors
+from llama_ffi.high.errors import RequestValueError
 
 # src/llama-hparams.h: llama_model_base::load_hparams asserts 0 < n_layer <= LLAMA_MAX_LAYERS.
 LLAMA_MAX_LAYERS = 512
@@ -161,4 +162,4 @@ def check_model_file(path: Path) -> None:
         for check in CHECKS:
             problem = check(header, arch)
             if problem:
-                raise ValueError(f"{path} is damaged or unsupported: {problem}")
+                raise RequestValueError(f"{path} is damaged or unsupported: {problem}")

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from llama_ffi.high.context import ClosedError, ContextLengthError
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 log = logging.getLogger("llama_ffi.server")
 
@@ -83,9 +83,9 @@ class ApiError(Exception):
 
 def from_library(error: BaseException) -> ApiError:
     """An exception raised by the Llama for a request, by its type: what is wrong with the request
-    (the library's checks raise ``ValueError`` or ``RequestTypeError``: 400), the Llama closing
-    (503), or anything else, a defect (500, logged, not shown: a ``TypeError`` or ``KeyError`` of a
-    bug is not the client's fault)."""
+    (the library's checks raise ``RequestValueError`` or ``RequestTypeError``: 400), the Llama
+    closing (503), or anything else, a defect (500, logged with its traceback, not shown: a
+    built-in ``ValueError``, ``TypeError`` or ``KeyError`` of a bug is not the client's fault)."""
     if isinstance(error, ApiError):
         return error
     if isinstance(error, ContextLengthError):  # llama-server's type, OpenAI's code
@@ -93,7 +93,7 @@ def from_library(error: BaseException) -> ApiError:
         return ApiError(
             400, str(error), code="context_length_exceeded", error_type="exceed_context_size_error", extra=extra
         )
-    if isinstance(error, (ValueError, RequestTypeError)):
+    if isinstance(error, (RequestValueError, RequestTypeError)):
         return ApiError(400, str(error))
     if isinstance(error, ClosedError):
         return ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})

@@ -20,6 +20,7 @@ from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
 from llama_ffi.high.chat.tool_stream import CallStream
 from llama_ffi.high.compat import chat_logprobs, chat_options
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.multimodal import MediaPrompt, extract_media
 from llama_ffi.high.multimodal.prompt import check_kind
@@ -49,7 +50,7 @@ def model_template(llm, name: str | None) -> ChatTemplate | None:
         ptr = lib.llama_model_chat_template(llm.loaded_model.ptr, name.encode() if name else ffi.NULL)
         if ptr == ffi.NULL:
             if name:
-                raise ValueError(f"the model has no chat template named {name!r}")
+                raise RequestValueError(f"the model has no chat template named {name!r}")
             return None
         source = ffi.string(ptr).decode("utf-8")
 
@@ -78,7 +79,7 @@ def render_prompt(
         # The history up to the last (partial) assistant message, rendered as if asking for a
         # reply, then that partial text appended: the model continues it, no end-of-turn between.
         if messages[-1]["role"] != "assistant":
-            raise ValueError("assistant_prefill=True needs the last message to be the assistant's")
+            raise RequestValueError("assistant_prefill=True needs the last message to be the assistant's")
         head = render_prompt(
             llm,
             messages[:-1],
@@ -127,7 +128,7 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
         "json_object",
         "json_schema",
     ):
-        raise ValueError(
+        raise RequestValueError(
             f"response_format must be {{'type': 'text'|'json_object'|'json_schema'}}, got {response_format!r}"
         )
     if response_format["type"] == "text":
@@ -136,7 +137,7 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
     if response_format["type"] == "json_schema":  # OpenAI: {"type": "json_schema", "json_schema": {"schema": ...}}
         spec = response_format.get("json_schema")
         if not isinstance(spec, dict) or "schema" not in spec:
-            raise ValueError("response_format of type json_schema needs {'json_schema': {'schema': {...}}}")
+            raise RequestValueError("response_format of type json_schema needs {'json_schema': {'schema': {...}}}")
         schema = spec["schema"]
     if schema is None:
         return LlamaGrammar.from_string(JSON_OBJECT_GBNF)
@@ -172,7 +173,7 @@ def plan_chat(
     mtmd = llm.mtmd
     messages, media = extract_media(messages)
     if media and mtmd is None:
-        raise ValueError(
+        raise RequestValueError(
             "the messages hold images or audio, but this Llama was loaded without an mmproj "
             "(Llama(..., mmproj_path=...) or chat_handler=MTMDChatHandler(mmproj_path=...))"
         )

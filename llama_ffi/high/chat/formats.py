@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from llama_ffi import ffi, lib
+from llama_ffi.high.errors import RequestValueError
 
 # llama-cpp-python's format names that llama.cpp knows under another name
 ALIASES = {
@@ -29,7 +30,7 @@ def resolve(name: str) -> str:
     known = builtin_formats()
     real = ALIASES.get(name, name)
     if real not in known:
-        raise ValueError(f"unknown chat_format {name!r}; llama.cpp knows: {', '.join(known)}")
+        raise RequestValueError(f"unknown chat_format {name!r}; llama.cpp knows: {', '.join(known)}")
     return real
 
 
@@ -48,5 +49,5 @@ def format_with_builtin(name: str, messages: list[dict], add_generation_prompt: 
         buf = ffi.new("char[]", n)
         n = lib.llama_chat_apply_template(real.encode(), chat, len(keep), add_generation_prompt, buf, n)
     if n < 0:
-        raise ValueError(f"llama.cpp could not apply the {real!r} format to these messages")
+        raise RequestValueError(f"llama.cpp could not apply the {real!r} format to these messages")
     return ffi.unpack(buf, n).decode("utf-8")

@@ -12,8 +12,10 @@ import json
 import re
 from collections.abc import Callable
 
+from llama_ffi.high.errors import RequestValueError
 
-class UnsupportedSchemaError(ValueError):
+
+class UnsupportedSchemaError(RequestValueError):
     pass
 
 

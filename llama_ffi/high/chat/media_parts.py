@@ -25,6 +25,7 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.multimodal.media import MEDIA_PART_TYPES
 
 # What a placeholder is made of: tags such as <|image_pad|>, <start_of_image>, <image>, [IMG].
@@ -84,12 +85,12 @@ def _insertion(before: str, after: str, index: int, kind: str) -> tuple[int, int
     ).get_opcodes()
     ops = [(op, i1 + head, i2 + head, j1 + head, j2 + head) for op, i1, i2, j1, j2 in middle if op != "equal"]
     if not ops:
-        raise ValueError(
+        raise RequestValueError(
             f"the chat template emitted nothing for media item {index} ({kind}): it does not take "
             f"{kind} (is this projector's family the model's?)"
         )
     if len(ops) > 1 or ops[0][0] != "insert":
-        raise ValueError(
+        raise RequestValueError(
             f"the chat template changed its output in {len(ops)} places for media item {index} "
             f"({kind}); one placeholder per medium is expected"
         )
@@ -114,7 +115,7 @@ def _placed(text: str, start: int, end: int, spans: list[list[int]]) -> tuple[in
     while any(s < start < e for s, e in spans) and start > 0 and text[start - 1] == text[end - 1]:
         start, end = start - 1, end - 1
     if any(s < start < e for s, e in spans):
-        raise ValueError("the chat template's placeholders of two media overlap")
+        raise RequestValueError("the chat template's placeholders of two media overlap")
     return start, end
 
 
@@ -130,7 +131,7 @@ def render_with_markers(
         current = render(keep_media(messages, k + 1))
         start, end = _placed(current, *_insertion(previous, current, k, kind), spans)
         if not current[start:end].strip():
-            raise ValueError(
+            raise RequestValueError(
                 f"the chat template emitted only whitespace for media item {k} ({kind}): it does not take {kind}"
             )
         for span in spans:  # earlier emissions after this one move by its length
@@ -145,7 +146,7 @@ def render_with_markers(
         core_start, core_end = _placeholder(text[start:end])
         text = text[: start + core_start] + marker + text[start + core_end :]
     if text.count(marker) != len(kinds):
-        raise ValueError(
+        raise RequestValueError(
             f"the prompt holds {text.count(marker)} media markers for {len(kinds)} media: a message's "
             f"text contains the marker {marker!r}"
         )

@@ -14,6 +14,7 @@ import enum
 import numpy as np
 
 from llama_ffi.high._checks import integer
+from llama_ffi.high.errors import RequestValueError
 
 
 class State(enum.Enum):
@@ -38,7 +39,7 @@ class ReasoningBudget:
         if start_max_tokens is not None:
             integer("reasoning_start_max_tokens", start_max_tokens, 0)
         if not start or not end:
-            raise ValueError("reasoning_start and reasoning_end must be non-empty")
+            raise RequestValueError("reasoning_start and reasoning_end must be non-empty")
         self.budget = budget
         self.start, self.end = tokenize(start), tokenize(end)
         self.forced_tokens = tokenize(message + end) if message else list(self.end)

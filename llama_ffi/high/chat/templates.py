@@ -14,11 +14,13 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
+from llama_ffi.high.errors import RequestValueError
+
 MAX_RANGE = 100_000  # one range() or repetition: more is hostile, not chatty
 MAX_ITERATIONS = 1_000_000  # all range() loops of one render together
 
 
-class TemplateError(ValueError):
+class TemplateError(RequestValueError):
     """The template is broken (syntax) or refused to render (raise_exception)."""
 
 

@@ -17,6 +17,7 @@ import uuid
 
 from llama_ffi.high.chat.json_schema import SchemaConverter
 from llama_ffi.high.chat.json_stream import healed
+from llama_ffi.high.errors import RequestValueError
 
 MAX_PARALLEL_CALLS = 4
 # the start of a Hermes-form call, up to its arguments: what a stream names the call from
@@ -35,23 +36,23 @@ def plan(tools, tool_choice) -> ToolPlan:
     """Check ``tools`` and ``tool_choice`` (ValueError naming the problem)."""
     if tools is None:
         if tool_choice not in (None, "none", "auto"):
-            raise ValueError("tool_choice needs tools")
+            raise RequestValueError("tool_choice needs tools")
         return ToolPlan({}, "none")
     if not isinstance(tools, list):
-        raise ValueError("tools must be a list of {'type': 'function', 'function': {...}}")
+        raise RequestValueError("tools must be a list of {'type': 'function', 'function': {...}}")
     functions = {}
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
-            raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
+            raise RequestValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
         name = fn.get("name")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", name):
-            raise ValueError(f"tools[{i}]: function name must be 1-64 letters, digits, _ . or -")
+            raise RequestValueError(f"tools[{i}]: function name must be 1-64 letters, digits, _ . or -")
         if name in functions:
-            raise ValueError(f"tools[{i}]: function {name!r} is declared twice")
+            raise RequestValueError(f"tools[{i}]: function {name!r} is declared twice")
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict):
-            raise ValueError(f"tools[{i}]: parameters must be a JSON Schema object")
+            raise RequestValueError(f"tools[{i}]: parameters must be a JSON Schema object")
         functions[name] = {**fn, "parameters": params}
     if tool_choice is None:
         tool_choice = "auto" if functions else "none"
@@ -60,13 +61,13 @@ def plan(tools, tool_choice) -> ToolPlan:
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name") if tool_choice.get("type") == "function" else None
         if name is None:
-            raise ValueError(
+            raise RequestValueError(
                 "tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}"
             )
         if name not in functions:
-            raise ValueError(f"tool_choice names unknown function {name!r} (tools: {sorted(functions)})")
+            raise RequestValueError(f"tool_choice names unknown function {name!r} (tools: {sorted(functions)})")
         return ToolPlan(functions, "named", name)
-    raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a function, got {tool_choice!r}")
+    raise RequestValueError(f"tool_choice must be 'none', 'auto', 'required' or a function, got {tool_choice!r}")
 
 
 # ---- prompt ----------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from llama_ffi.high import state as state_format
 from llama_ffi.high.engine.slots import served_prefix
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 logger = logging.getLogger("llama_ffi")
 
@@ -60,7 +60,7 @@ class LlamaCache:
 
     def __init__(self, capacity_bytes: int = 2 << 30) -> None:
         if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int) or capacity_bytes <= 0:
-            raise ValueError(f"capacity_bytes must be a positive int, got {capacity_bytes!r}")
+            raise RequestValueError(f"capacity_bytes must be a positive int, got {capacity_bytes!r}")
         self.capacity_bytes = capacity_bytes
         self._entries: collections.OrderedDict[str, Entry] = collections.OrderedDict()
         self._producers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -142,7 +142,7 @@ class LlamaCache:
         made_by, _ = self.producer(context)
         header, seq_state, _ = state_format.decode(self.data(entry), made_by)
         if list(header["tokens"]) != entry.tokens:
-            raise ValueError("the entry's file holds another state than its index says")
+            raise RequestValueError("the entry's file holds another state than its index says")
         context.set_seq_state_bytes(slot.seq, seq_state)
         slot.tokens, slot.media_spans = list(header["tokens"]), [tuple(s) for s in header["media_spans"]]
         slot.selection = selection

@@ -16,6 +16,7 @@ from llama_ffi.high import shapes
 from llama_ffi.high.engine.choices import build_groups
 from llama_ffi.high.engine.progress import PromptProgress
 from llama_ffi.high.engine.request import DONE, Request
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.text_output import logprobs_block
 
 
@@ -42,11 +43,11 @@ class Call:
         groups = build_groups(ctx, prompts, n, settings, ctx.n_seq_max, ctx.n_ctx_seq)
         if slot_id is not None and slot_id != -1:  # llama-server's id_slot (-1: any)
             if isinstance(slot_id, bool) or not isinstance(slot_id, int) or not 0 <= slot_id < ctx.n_seq_max:
-                raise ValueError(
+                raise RequestValueError(
                     f"slot_id must be -1 or a slot of this Llama (0..{ctx.n_seq_max - 1}), got {slot_id!r}"
                 )
             if len(groups) > 1:
-                raise ValueError("slot_id pins one prompt to a slot: give one prompt")
+                raise RequestValueError("slot_id pins one prompt to a slot: give one prompt")
         else:
             slot_id = None
         self.request = Request(

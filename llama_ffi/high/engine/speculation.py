@@ -77,16 +77,12 @@ class Speculation:
         d.draft = draft
         return draft
 
-    def pack(self, c: Choice, batch, pos: int, room: int, context) -> int:
-        """Put ``c``'s draft (at most ``room`` tokens) into ``batch`` after its next token, which sits
-        at ``pos``; returns the draft's length."""
-        draft = self.propose(c, room)
+    def verify(self, c: Choice, pos: int, context) -> None:
+        """``c``'s draft (``propose``) is in this step's batch after its next token, which sits at
+        ``pos``: a recurrent state, which cannot be cut, is copied before the decode."""
         c.drafting.base = pos
-        if draft and self.recurrent:  # a recurrent state cannot be cut: keep a copy
+        if c.drafting.draft and self.recurrent:
             c.drafting.snapshot = context.seq_state_bytes(c.slot.seq)
-        for j, token in enumerate(draft):
-            batch.add(token, pos + 1 + j, (c.slot.seq,), True)
-        return len(draft)
 
     def walk(self, c: Choice, ctx, ctx_ptr, vocab, piece, settings, pristine: dict, deliver) -> int:
         """Sample ``c``'s rows of this step in order while the sampler agrees with the draft, each

@@ -66,3 +66,8 @@ class EngineStatus:
     @property
     def processing(self) -> int:
         return sum(s.processing for s in self.slots)
+
+    @property
+    def idle(self) -> bool:
+        """No request in flight: none waiting, none in a slot."""
+        return self.waiting == 0 and self.processing == 0

@@ -19,6 +19,7 @@ from llama_ffi.high.context import DecodeAborted, DecodeError
 from llama_ffi.high.engine import progress
 from llama_ffi.high.engine.choices import NO_OUTPUT, Choice, Group, closing_events, kv_cells, runs_greedily, sample
 from llama_ffi.high.engine.greedy import RUN, GreedyRun
+from llama_ffi.high.engine.plan import Generating, Prompt, plan_step
 from llama_ffi.high.engine.slots import Slot, SlotTable
 from llama_ffi.high.engine.speculation import DRAFTING_SEQUENCES, STEP_DRAFT_TOKENS, Speculation
 from llama_ffi.high.engine.stats import Counters, EngineStats
@@ -68,8 +69,7 @@ class Stepper:
         started = time.perf_counter()
         self.adapters.apply(self.context, selection)
         self.batch.clear()
-        self._pack_choices(ready)
-        parts = self._pack_prompts(selection.key)
+        parts = self._pack(ready, selection.key)
         n_tokens = self.batch.c.n_tokens
         self.decoding = frozenset(id(g.request) for g, *_ in parts)  # what a cancel may abort
         try:
@@ -110,37 +110,26 @@ class Stepper:
         self._last_key = key
         return by_key[key]
 
-    def _pack_choices(self, ready: list[Choice]) -> None:
-        """The next token of each choice, and a speculating one's draft after it."""
-        batch, b = self.batch, self.batch.c
-        drafted = 0
-        drafting = len(ready) <= DRAFTING_SEQUENCES  # see engine.speculation
-        for k, c in enumerate(ready):
-            c.output, pos, seq = b.n_tokens, len(c.slot.tokens), c.slot.seq
-            batch.add(c.next_token, pos, (seq,), True)
+    def _pack(self, ready: list[Choice], key) -> list[tuple[Group, int, int, int]]:
+        """Fill the batch by this step's plan (``engine.plan``): the choices' next tokens and drafts,
+        then the prompts under selection ``key``. Returns (group, first position, tokens, first
+        batch row) of each prompt part."""
+        groups = [g for g in self.work.evaluating if g.request.settings.adapters.key == key]
+        speculation = self.speculation
+        plan = plan_step(
+            [Generating(c.slot.seq, len(c.slot.tokens), c.next_token, c.drafting is not None) for c in ready],
+            [Prompt(g.leader.slot.seq, g.prompt, g.evaluated, g.request.settings.logits_all) for g in groups],
+            self.batch.capacity,
+            propose=None if speculation is None else (lambda k, room: speculation.propose(ready[k], room)),
+            draft_budget=STEP_DRAFT_TOKENS if len(ready) <= DRAFTING_SEQUENCES else 0,  # see engine.speculation
+        )
+        for row in plan.rows:
+            self.batch.add(row.token, row.pos, (row.seq,), row.logits)
+        for c, rows in zip(ready, plan.choices):
+            c.output = rows.first
             if c.drafting is not None:
-                room = min(STEP_DRAFT_TOKENS - drafted, batch.capacity - b.n_tokens - (len(ready) - k - 1))
-                drafted += self.speculation.pack(c, batch, pos, room if drafting else 0, self.context)
-
-    def _pack_prompts(self, key) -> list[tuple[Group, int, int, int]]:
-        """As many prompt tokens of the groups under selection ``key`` as the batch holds:
-        (group, first position, tokens, first batch row) of each part."""
-        batch, b = self.batch, self.batch.c
-        parts = []
-        for group in self.work.evaluating:
-            room = batch.capacity - b.n_tokens
-            if room <= 0:
-                break
-            if group.request.settings.adapters.key != key:
-                continue
-            seq, start = group.leader.slot.seq, group.evaluated
-            take = min(room, len(group.prompt) - start)
-            last, every = len(group.prompt) - 1, group.request.settings.logits_all
-            first = b.n_tokens
-            for j in range(start, start + take):
-                batch.add(group.prompt[j], j, (seq,), every or j == last)
-            parts.append((group, start, take, first))
-        return parts
+                speculation.verify(c, len(c.slot.tokens), self.context)
+        return [(groups[part.index], part.start, part.take, part.first) for part in plan.prompts]
 
     def _record(self, ready: list[Choice], parts) -> None:
         """After the decode: what each sequence holds now, and the prompts that are done."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.model import Model, check_gguf_file
 from llama_ffi.high.threads import default_threads
 
@@ -34,7 +35,7 @@ class MtmdContext:
         with capture_errors() as errors:
             ptr = lib.mtmd_init_from_file(os.fsencode(self.path), model.ptr, params)
         if ptr == ffi.NULL:
-            raise ValueError(
+            raise RequestValueError(
                 f"llama.cpp could not load the multimodal projector {self.path} for this model: "
                 f"{reason(errors, 'unknown error (see the llama_ffi logger)')}"
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from llama_ffi.high.errors import RequestTypeError
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.validate import open_header
 
 # GGUF keys naming the projector: one for a single-modality file, one per modality otherwise.
@@ -50,9 +50,11 @@ class MTMDChatHandler:
         self.verbose = verbose
         for name, value in (("image_min_tokens", image_min_tokens), ("image_max_tokens", image_max_tokens)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise RequestValueError(f"{name} must be a positive int, got {value!r}")
         if image_min_tokens and image_max_tokens and image_min_tokens > image_max_tokens:
-            raise ValueError(f"image_min_tokens ({image_min_tokens}) exceeds image_max_tokens ({image_max_tokens})")
+            raise RequestValueError(
+                f"image_min_tokens ({image_min_tokens}) exceeds image_max_tokens ({image_max_tokens})"
+            )
         self.image_min_tokens, self.image_max_tokens = image_min_tokens, image_max_tokens
         self.template_arguments = dict(extra_template_arguments or {})
 
@@ -62,7 +64,7 @@ class MTMDChatHandler:
             return
         found = projector_types(self.mmproj_path)
         if found and not found & self.projectors:
-            raise ValueError(
+            raise RequestValueError(
                 f"{type(self).__name__} is for {self.family} projectors ({', '.join(sorted(self.projectors))}); "
                 f"{self.mmproj_path.name} is {', '.join(sorted(found))}: use MTMDChatHandler, or the "
                 "handler of that family"

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from llama_ffi.high.errors import RequestValueError
+
 AUDIO_FORMATS = ("wav", "mp3", "flac")
 MEDIA_TYPES = ("image_url", "input_audio")  # OpenAI's parts, carrying the data
 MEDIA_PART_TYPES = ("image", "audio")  # Hugging Face's, as templates take them (and Media.kind)
@@ -35,15 +37,15 @@ def _image_bytes(value, where: str) -> bytes:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value:
-        raise ValueError(f"{where}: image_url must be a URL string, {{'url': ...}} or bytes")
+        raise RequestValueError(f"{where}: image_url must be a URL string, {{'url': ...}} or bytes")
     if value.startswith("data:"):
         header, sep, payload = value.partition(",")
         if not sep or ";base64" not in header:
-            raise ValueError(f"{where}: a data: URI must be base64 ('data:image/png;base64,...')")
+            raise RequestValueError(f"{where}: a data: URI must be base64 ('data:image/png;base64,...')")
         return _b64(payload, where)
     scheme = urlparse(value).scheme.lower()
     if scheme in ("http", "https"):
-        raise ValueError(
+        raise RequestValueError(
             f"{where}: {value[:60]!r} is a network URL; llama-ffi never fetches from the network: "
             "download it and pass its bytes, a data: URI or a local path"
         )
@@ -57,14 +59,16 @@ def _b64(payload: str, where: str) -> bytes:
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError(f"{where}: the base64 data is malformed") from None
+        raise RequestValueError(f"{where}: the base64 data is malformed") from None
 
 
 def _audio_bytes(value, where: str) -> bytes:
     if not isinstance(value, dict) or not isinstance(value.get("data"), str):
-        raise ValueError(f'{where}: input_audio must be {{"data": BASE64, "format": "wav" | "mp3" | "flac"}}')
+        raise RequestValueError(f'{where}: input_audio must be {{"data": BASE64, "format": "wav" | "mp3" | "flac"}}')
     if value.get("format") not in AUDIO_FORMATS:
-        raise ValueError(f"{where}: audio format {value.get('format')!r} is not one of {', '.join(AUDIO_FORMATS)}")
+        raise RequestValueError(
+            f"{where}: audio format {value.get('format')!r} is not one of {', '.join(AUDIO_FORMATS)}"
+        )
     return _b64(value["data"], where)
 
 
@@ -88,7 +92,7 @@ def extract_media(messages) -> tuple[list, list[Media]]:
             elif kind == "input_audio":
                 media.append(Media("audio", _audio_bytes(part.get("input_audio"), where)))
             elif kind in MEDIA_PART_TYPES:
-                raise ValueError(
+                raise RequestValueError(
                     f"{where}: a bare {kind!r} part carries no data; send "
                     + ("image_url" if kind == "image" else "input_audio")
                     + " parts"

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high.context import ContextLengthError
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.multimodal.context import MtmdContext
 from llama_ffi.high.multimodal.media import Media
 
@@ -44,7 +45,9 @@ class MediaPrompt:
         self._chunks = ffi.NULL
         n_markers = text.count(mtmd.marker)
         if n_markers != len(media):
-            raise ValueError(f"the prompt has {n_markers} media markers ({mtmd.marker!r}) for {len(media)} media items")
+            raise RequestValueError(
+                f"the prompt has {n_markers} media markers ({mtmd.marker!r}) for {len(media)} media items"
+            )
         bitmaps = [_bitmap(mtmd, item, i) for i, item in enumerate(media)]
         try:
             data = text.encode()
@@ -59,7 +62,7 @@ class MediaPrompt:
                 rc = lib.mtmd_tokenize(mtmd.ptr, chunks, text_in, arr, len(bitmaps))
             if rc != 0:
                 lib.mtmd_input_chunks_free(chunks)
-                raise ValueError(
+                raise RequestValueError(
                     f"mtmd could not tokenize the prompt (code {rc}): {reason(errors, 'see the llama_ffi logger')}"
                 )
             self._chunks = chunks
@@ -114,9 +117,9 @@ class MediaPrompt:
 
 def check_kind(mtmd: MtmdContext, item: Media, index: int) -> None:
     if item.kind == "image" and not mtmd.supports_vision:
-        raise ValueError(f"media item {index} is an image, but the projector {mtmd.path.name} takes no images")
+        raise RequestValueError(f"media item {index} is an image, but the projector {mtmd.path.name} takes no images")
     if item.kind == "audio" and not mtmd.supports_audio:
-        raise ValueError(f"media item {index} is audio, but the projector {mtmd.path.name} takes no audio")
+        raise RequestValueError(f"media item {index} is audio, but the projector {mtmd.path.name} takes no audio")
 
 
 def _bitmap(mtmd: MtmdContext, item: Media, index: int):
@@ -127,7 +130,7 @@ def _bitmap(mtmd: MtmdContext, item: Media, index: int):
             mtmd.ptr, data, len(item.data), False, lib.mtmd_helper_init_opt_default()
         )
     if wrapped.bitmap == ffi.NULL:
-        raise ValueError(
+        raise RequestValueError(
             f"media item {index} ({item.kind}, {len(item.data)} bytes) could not be decoded: "
             "corrupt, or not a format mtmd reads (images: JPEG, PNG, BMP, GIF...; audio: WAV, MP3, FLAC)"
         )

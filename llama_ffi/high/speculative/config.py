@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from llama_ffi.high._checks import integer, number
+from llama_ffi.high.errors import RequestValueError
 
 
 class SpeculativeType(enum.Enum):
@@ -37,7 +38,7 @@ class SpeculativeType(enum.Enum):
         for member in cls:
             if member.value == key:
                 return member
-        raise ValueError(f"unknown speculative type {text!r} (one of {', '.join(m.value for m in cls)})")
+        raise RequestValueError(f"unknown speculative type {text!r} (one of {', '.join(m.value for m in cls)})")
 
 
 IMPLEMENTED = frozenset(
@@ -92,7 +93,7 @@ class SpecConfig:
             kind = self.kind
         except ValueError:
             names = ", ".join(t.name for t in SpeculativeType)
-            raise ValueError(f"unknown speculative type {self.type!r} (one of {names})") from None
+            raise RequestValueError(f"unknown speculative type {self.type!r} (one of {names})") from None
         if kind not in IMPLEMENTED:
             raise NotImplementedError(
                 f"speculative type {kind.name} has no engine in llama-ffi "
@@ -111,12 +112,12 @@ class SpecConfig:
         # The verification batch is [last, draft...]: the draft must leave room for one token.
         name = "ngram_size_m" if kind in NGRAM_TYPES else "draft_n_max"
         if kind != SpeculativeType.NONE and self.max_draft >= n_batch:
-            raise ValueError(
+            raise RequestValueError(
                 f"{name} ({self.max_draft}) must be below n_batch ({n_batch}): the "
                 f"verification batch holds the last token and the draft"
             )
         if kind == SpeculativeType.DRAFT and self.draft_model_path is None:
-            raise ValueError("speculative type DRAFT needs draft_model_path (a GGUF with the same vocabulary)")
+            raise RequestValueError("speculative type DRAFT needs draft_model_path (a GGUF with the same vocabulary)")
         if self.draft_model_path is not None and kind in (SpeculativeType.DRAFT, SpeculativeType.DRAFT_MTP):
             path = Path(self.draft_model_path)
             if not path.is_file():

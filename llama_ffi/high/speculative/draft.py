@@ -12,6 +12,7 @@ import numpy as np
 from llama_ffi import ffi, lib
 from llama_ffi.high.batch import Batch
 from llama_ffi.high.context import Context, ContextParams, DecodeError
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.model import Model, ModelParams
 
 
@@ -139,5 +140,5 @@ def load_draft_model(
     why = vocab_mismatch(target, model)
     if why is not None:
         model.close()
-        raise ValueError(f"draft model {path} cannot draft for this model: {why}")
+        raise RequestValueError(f"draft model {path} cannot draft for this model: {why}")
     return ModelDrafter(model, params, p_min, own_model=True)

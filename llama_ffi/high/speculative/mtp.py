@@ -18,6 +18,7 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi.high.context import Context, ContextParams, DecodeError, raise_for_decode_status
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.model import Model, ModelParams
 from llama_ffi.high.speculative.draft import SequenceDrafter, top_token, vocab_mismatch
 
@@ -58,7 +59,7 @@ class MtpDrafter:
         try:
             target_embd = lib.llama_model_n_embd_out(target_context.model.ptr)
             if self.n_embd != target_embd:
-                raise ValueError(
+                raise RequestValueError(
                     f"the MTP block takes hidden states of width {self.n_embd}, the target model makes {target_embd}"
                 )
             self.context = Context(mtp_model, dataclasses.replace(params, mtp=True))
@@ -210,7 +211,7 @@ def load_mtp_drafter(
     (which must share the target's vocabulary and hidden width)."""
     if path is None:
         if nextn_layers(target) <= 0:
-            raise ValueError(
+            raise RequestValueError(
                 "speculative type DRAFT_MTP needs a model with NextN/MTP layers; this one has "
                 "none (llama_model_n_layer_nextn = 0) and no draft_model_path MTP file was given"
             )
@@ -218,10 +219,10 @@ def load_mtp_drafter(
     model = Model(path, ModelParams(n_gpu_layers=n_gpu_layers, progress=False, load_mtp=True))
     try:
         if nextn_layers(model) <= 0:
-            raise ValueError(f"MTP file {path} has no NextN/MTP layers")
+            raise RequestValueError(f"MTP file {path} has no NextN/MTP layers")
         why = vocab_mismatch(target, model)
         if why is not None:
-            raise ValueError(f"MTP file {path} cannot draft for this model: {why}")
+            raise RequestValueError(f"MTP file {path} cannot draft for this model: {why}")
     except BaseException:
         model.close()
         raise

@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+from llama_ffi.high.errors import RequestValueError
 from llama_ffi.server.router.catalog import DRAFT_PREFIXES, ModelEntry
 
 # llama.cpp's reading of a GGUF file name (common/download.cpp): an optional -NNNNN-of-NNNNN split
@@ -64,9 +65,9 @@ def entries(cache: Path | None = None) -> list[ModelEntry]:
 
 
 def check_spec(spec: object) -> str:
-    """``OWNER/NAME[:TAG]`` or a ``ValueError`` saying what is wrong with it."""
+    """``OWNER/NAME[:TAG]`` or a ``RequestValueError`` saying what is wrong with it."""
     if not isinstance(spec, str) or not SPEC.fullmatch(spec):
-        raise ValueError(f"model must be 'owner/name' or 'owner/name:TAG', got {spec!r}")
+        raise RequestValueError(f"model must be 'owner/name' or 'owner/name:TAG', got {spec!r}")
     return spec
 
 
