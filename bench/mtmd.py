@@ -57,7 +57,7 @@ def ours(llm, image: str) -> tuple[float, float]:
             "content": [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": QUESTION}],
         }
     ]
-    prompt = plan_chat(llm, messages, max_tokens=1).tokens
+    prompt = plan_chat(llm, messages).tokens
     media = next(p for p in prompt.pieces if p.media_id is not None)
     t0 = time.perf_counter()
     lib.mtmd_encode_chunk(llm.mtmd.ptr, media.chunk)  # the encoder alone, as mtmd-cli reports it

@@ -167,7 +167,8 @@ def test_message_start_counts_the_prompt_and_empty_messages_are_served(server):
 
 def test_thinking_history_reaches_the_template_and_tool_results_keep_images(server, tree):
     from llama_ffi.high.chat.templates import ChatTemplate
-    from llama_ffi.server.anthropic import MessagesRequest, chat_body
+    from llama_ffi.server.anthropic.convert import chat_body
+    from llama_ffi.server.anthropic.protocol import MessagesRequest
 
     thought = "I should list the files first."
     turns = [

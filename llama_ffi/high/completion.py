@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import numpy as np
-
-from llama_ffi.high.compat import completion_options as compat_options
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.infill import prompt_tokens as infill_tokens
 from llama_ffi.high.multimodal import MediaPrompt
+from llama_ffi.high.request import GenerationRequest, LogitsProcessor, StoppingCriterion, as_tuple
 from llama_ffi.high.request_fields import LOGPROBS, MAX_TOKENS, N
 from llama_ffi.high.sampling import SamplingParams
-
-LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
-StoppingCriterion = Callable[[np.ndarray, np.ndarray], bool]
 
 
 @dataclasses.dataclass
@@ -34,20 +29,6 @@ class GenerationSettings:
     stopping_criteria: Sequence[StoppingCriterion] = ()
     adapters: object | None = None  # an adapters.Selection (None: the Llama's default set)
     logits_all: bool = False  # keep the logits of every position (llama-cpp-python's scores)
-
-
-def normalize_stop(stop: str | Sequence[str] | None) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        stop = [stop]
-    out = []
-    for s in stop:
-        if not isinstance(s, str):
-            raise RequestTypeError(f"stop must be str or a list of str, got {type(s).__name__}")
-        if s:
-            out.append(s)
-    return out
 
 
 def prompt_list(prompt) -> list | None:
@@ -83,21 +64,6 @@ class Prepared:
         return iter((self.prompts, self.n, self.settings, self.echo_texts, self.model_name))
 
 
-def as_list(x) -> list:
-    """A processor or criterion, a list or tuple of them, or None, as a list (llama-cpp-python
-    takes a ``LogitsProcessorList``, a list, or one callable)."""
-    if x is None:
-        return []
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def prepare_keywords(llm, prompt, keywords: dict) -> Prepared:
-    """``prepare`` from one dict of keywords (``acreate_completion``'s): this function's own, the
-    rest sampling parameters."""
-    own = {k: v for k, v in keywords.items() if k in REQUEST_KEYWORDS}
-    return prepare(llm, prompt, **own, sampling={k: v for k, v in keywords.items() if k not in own})
-
-
 def check_generates(llm) -> None:
     if not llm.loaded_model.generates_text:
         raise RequestValueError(
@@ -114,74 +80,56 @@ def token_settings(llm, max_tokens, grammar, logits_processor, stopping_criteria
         [],
         llm.sampling_params(**sampling),
         grammar,
-        logits_processor=as_list(logits_processor),
-        stopping_criteria=as_list(stopping_criteria),
+        logits_processor=list(as_tuple(logits_processor)),
+        stopping_criteria=list(as_tuple(stopping_criteria)),
         adapters=adapters,
         logits_all=llm.logits_all,
     )
 
 
-def prepare(
-    llm,
-    prompt,
-    *,
-    max_tokens: int | None = 16,
-    stop=None,
-    echo: bool = False,
-    logprobs: int | None = None,
-    grammar=None,
-    logits_processor=(),
-    stopping_criteria=(),
-    model: str | None = None,
-    active_loras=None,
-    control_vector=None,
-    n: int = 1,
-    suffix: str | None = None,
-    sampling: dict | None = None,
-) -> Prepared:
+def prepare(llm, prompt, request: GenerationRequest) -> Prepared:
     """Check everything before any decoding (a stream fails here, not at its first chunk)."""
     context = llm.context  # a clear error for a closed or vocab_only Llama, before anything else
     check_generates(llm)
-    sampling = dict(sampling or {})
-    compat_options(sampling)
-    if suffix is not None:  # fill in the middle: the prompt is the prefix
+    if request.suffix is not None:  # fill in the middle: the prompt is the prefix
         prompt = infill_tokens(
             lambda t: llm.tokenize(t, add_bos=False),
             llm.loaded_model.vocab_ptr,
             prompt,
-            suffix,
+            request.suffix,
             context.n_batch,
             context.n_ctx_seq,
             llm.spm_infill,
         )
-    if max_tokens is not None:
-        MAX_TOKENS.check(max_tokens)
-    if logprobs is not None:
-        LOGPROBS.check(logprobs, high=llm.n_vocab)
+    if request.max_tokens is not None:
+        MAX_TOKENS.check(request.max_tokens)
+    if request.logprobs is not None:
+        LOGPROBS.check(request.logprobs, high=llm.n_vocab)
+    grammar = request.grammar
     if grammar is not None and not isinstance(grammar, LlamaGrammar):
         raise RequestTypeError("grammar must be a LlamaGrammar")
     prompts = prompt_list(prompt)  # None: one prompt
-    n = N.check(n)
-    pairs = [prompt_tokens(llm, p, echo) for p in (prompts or [prompt])]
+    n = N.check(request.n)
+    pairs = [prompt_tokens(llm, p, request.echo) for p in (prompts or [prompt])]
     for tokens, _ in pairs:
         llm.main_sequence.check_fits(tokens)
         if hasattr(tokens, "check_cells"):  # a prompt with media
             tokens.check_cells(context.n_ctx_seq)
     settings = GenerationSettings(
-        max_tokens=max_tokens,
-        stop=normalize_stop(stop),
-        sampling=llm.sampling_params(**sampling),
+        max_tokens=request.max_tokens,
+        stop=list(request.stop),
+        sampling=request.sampling,
         grammar=grammar,
-        logprobs=logprobs,
-        logits_processor=as_list(logits_processor),
-        stopping_criteria=as_list(stopping_criteria),
-        adapters=llm.adapters.select(active_loras, control_vector),
+        logprobs=request.logprobs,
+        logits_processor=list(request.logits_processor),
+        stopping_criteria=list(request.stopping_criteria),
+        adapters=llm.adapters.select(request.active_loras, request.control_vector),
         logits_all=llm.logits_all,
     )
     settings.sampling.validate(llm.n_vocab)
     if grammar is not None:
         grammar.check(llm.loaded_model)
-    return Prepared([t for t, _ in pairs], n, settings, [e for _, e in pairs], model or llm.model_path)
+    return Prepared([t for t, _ in pairs], n, settings, [e for _, e in pairs], request.model or llm.model_path)
 
 
 def prompt_tokens(llm, prompt, echo: bool) -> tuple[list[int], str]:
@@ -195,6 +143,3 @@ def prompt_tokens(llm, prompt, echo: bool) -> tuple[list[int], str]:
         tokens = list(prompt)
         echo_text = llm.detokenize(tokens).decode("utf-8", "replace") if echo else ""
     return tokens or [llm.token_bos()], echo_text
-
-
-REQUEST_KEYWORDS = frozenset(prepare.__kwdefaults__) - {"sampling"}  # prepare's own keywords

@@ -23,6 +23,7 @@ from llama_ffi.high.engine.slots import Slot
 from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model
+from llama_ffi.high.request import as_tuple, from_keywords
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.speculative import SpeculativeStats
 
@@ -254,7 +255,7 @@ class Llama:
         """Sample one token with a fresh sampler chain from the logits of the last evaluated
         token (``idx``: of that cached position, with ``logits_all=True``)."""
         compat.completion_options(sampling)
-        params, processors, n_ctx = self.sampling_params(**sampling), completion.as_list(logits_processor), self.n_ctx
+        params, processors, n_ctx = self.sampling_params(**sampling), list(as_tuple(logits_processor)), self.n_ctx
         return self.run_on_context(lambda: self.main_sequence.sample(params, grammar, processors, idx, n_ctx))
 
     def generate(
@@ -315,25 +316,11 @@ class Llama:
         choices) while its prompt is evaluated. ``slot_id`` (llama-server's ``id_slot``): the slot
         the prompt uses (its cache), waited for while busy; requests after it wait their turn."""
         self._check_open()
-        request = completion.prepare(
-            self,
-            prompt,
-            max_tokens=max_tokens,
-            stop=stop,
-            echo=echo,
-            logprobs=logprobs,
-            grammar=grammar,
-            logits_processor=logits_processor,
-            stopping_criteria=stopping_criteria,
-            model=model,
-            active_loras=active_loras,
-            control_vector=control_vector,
-            n=n,
-            suffix=suffix,
-            sampling=sampling,
-        )
-        call = results.Call(self, *request, streamed=stream, progress=return_progress, slot_id=slot_id)
-        return results.completion(call)
+        options = dict(max_tokens=max_tokens, stop=stop, echo=echo, logprobs=logprobs, grammar=grammar, model=model)
+        options.update(logits_processor=logits_processor, stopping_criteria=stopping_criteria, n=n, suffix=suffix)
+        options.update(active_loras=active_loras, control_vector=control_vector, stream=stream)
+        options.update(progress=return_progress, slot_id=slot_id)
+        return results.complete(self, prompt, from_keywords(self, {**options, **sampling}))
 
     async def acreate_completion(
         self, prompt, *, stream: bool = False, return_progress: bool = False, slot_id: int | None = None, **kwargs
@@ -342,9 +329,8 @@ class Llama:
         async iterator of chunks; the event loop is never blocked, and cancelling the task frees its
         slot at the next step."""
         self._check_open()
-        request = completion.prepare_keywords(self, prompt, kwargs)
-        call = results.Call(self, *request, streamed=stream, progress=return_progress, slot_id=slot_id)
-        return await results.acompletion(call)
+        options = {**kwargs, "stream": stream, "progress": return_progress, "slot_id": slot_id}
+        return await results.acomplete(self, prompt, from_keywords(self, options))
 
     __call__ = create_completion
 

@@ -8,12 +8,15 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
-from llama_ffi.high.chat.completion import chat_prompt
+from llama_ffi import lib
+from llama_ffi.high.chat.completion import achat_completion, chat_prompt
 from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError, ClientGone
+from llama_ffi.server.prompt_forms import embedding_inputs
 from llama_ffi.server.schemas import ChatRequest
-from llama_ffi.server.streaming import unless_disconnected
+from llama_ffi.server.streaming import EventStream, openai_events, unless_disconnected
 
 
 async def parse(request: Request, model: type[BaseModel]):
@@ -54,9 +57,8 @@ async def chat(request: Request, served, llm, body: dict) -> tuple[object, Calla
     its result (chunks for a stream), the release of its place (see ``held``), and its messages."""
     request_body = ChatRequest.model_validate(body)
     params.check_media(request_body.messages, served.options.media_path)
-    kwargs = params.chat_kwargs(llm, request_body, served.options)
-    kwargs["model"] = served.model_id
-    work = llm.acreate_chat_completion(request_body.messages, stream=request_body.stream, **kwargs)
+    typed, chat_options = params.chat_request(llm, request_body, served.options, model=served.model_id)
+    work = achat_completion(llm, request_body.messages, typed, **chat_options)
     result, release = await held(request, served, work)
     return result, release, request_body.messages
 
@@ -67,3 +69,35 @@ def prompt_tokens(llm, chat: dict) -> int:
         return chat_prompt(llm, chat["messages"], tools=chat.get("tools"))[1]
     except (ValueError, TypeError) as error:
         raise errors.from_library(error) from None
+
+
+async def generate(request: Request, served, body, call: Callable[[], Awaitable], stream_shape=None):
+    """Run a generating ``call`` under a ticket: its result, or for a stream its OpenAI events
+    (``stream_shape`` reshapes each chunk), which keep the ticket until they end."""
+    result, release = await held(request, served, call())
+    if not body.stream:
+        release()
+        served.metrics.finished(result.get("usage"))
+        return result
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    seen: dict = {}
+
+    def ended():
+        release()
+        served.metrics.finished(seen.get("usage"))
+
+    events = openai_events(result, include_usage, seen, stream_shape, timings=body.timings_per_token)
+    return EventStream(events, ended)
+
+
+async def embed(request: Request, served, body, output_format: str):
+    """The body's inputs embedded: normalised (euclidean) unless one vector per token, and refused
+    when longer than a batch holds (llama-server's rule); and whether there is one per token."""
+    llm = served.accept(body, embeddings=True)
+    inputs = embedding_inputs(llm, body.input if body.input is not None else body.content)
+    per_token = llm.pooling_type() == lib.LLAMA_POOLING_TYPE_NONE
+    work = run_in_threadpool(
+        llm.create_embedding, inputs, normalize=not per_token, truncate=False, output_format=output_format
+    )
+    with served.ticket():
+        return await awaited(request, work), per_token

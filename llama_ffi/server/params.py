@@ -1,5 +1,5 @@
-"""A validated request body → the keyword arguments of ``Llama.create_completion`` /
-``create_chat_completion`` (llama-server's spellings → the library's)."""
+"""A validated request body → the one typed request (``high.request.GenerationRequest``) and, for a
+chat, its chat options (llama-server's spellings → the library's): the conversion at the edge."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from llama_ffi.high.grammar import LlamaGrammar
+from llama_ffi.high.request import GenerationRequest, from_keywords
 from llama_ffi.high.sampling_fields import BY_KEY
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.options import ServerOptions
@@ -72,61 +73,57 @@ def adapters(lora_names, body: Sampling) -> list[dict] | None:
     return chosen
 
 
-def generation_kwargs(llm, body: Sampling, options: ServerOptions, default_max: int | None) -> dict:
-    """The keyword arguments every generating call takes: the server's defaults (``--temp``...),
-    then what the request sets."""
-    kwargs: dict = dict(options.sampling)
+def generation_request(llm, body: Sampling, options: ServerOptions, default_max: int | None, **extra):
+    """The typed request (``high.request``) of a body: the server's defaults (``--temp``...), then
+    what the request sets, in llama-server's spellings; ``extra``: the API's own request options."""
+    sampling: dict = dict(options.sampling)
     for key, value in body.model_dump(exclude_unset=True).items():
         field = BY_KEY.get(key)
         if field is not None and value is not None:
-            kwargs[field.name] = field.clamp(value)
+            sampling[field.name] = field.clamp(value)
     for key in ("seed", "dry_sequence_breakers"):
         if getattr(body, key) is not None:
-            kwargs[key] = getattr(body, key)
-    if options.n_predict is not None:
-        default_max = None if options.n_predict < 0 else options.n_predict
-    if body.stop is not None:
-        kwargs["stop"] = body.stop
-    kwargs["max_tokens"] = max_tokens(body, default_max)
+            sampling[key] = getattr(body, key)
     if body.seed is not None and body.seed < 0:
-        kwargs["seed"] = -1  # llama-server's -1: a random seed
+        sampling["seed"] = -1  # llama-server's -1: a random seed
     bias = logit_bias(llm, body)
     if bias is not None:
-        kwargs["logit_bias"] = bias
+        sampling["logit_bias"] = bias
+    if options.n_predict is not None:
+        default_max = None if options.n_predict < 0 else options.n_predict
+    own: dict = {"max_tokens": max_tokens(body, default_max), "n": body.n, "stream": body.stream}
+    if body.stop is not None:
+        own["stop"] = body.stop
     if body.grammar is not None:
         try:
-            kwargs["grammar"] = LlamaGrammar.from_string(body.grammar, verbose=False)
+            own["grammar"] = LlamaGrammar.from_string(body.grammar, verbose=False)
         except ValueError as error:
             raise ApiError(400, f"grammar: {error}", "grammar") from None
-    active = adapters(options.lora_names, body)
-    if active is not None:
-        kwargs["active_loras"] = active
-    if body.n != 1:
-        kwargs["n"] = body.n
-    if body.return_progress and body.stream:
-        kwargs["return_progress"] = True
+    own["active_loras"] = adapters(options.lora_names, body)
+    own["progress"] = bool(body.return_progress and body.stream)
     if body.id_slot != -1:
-        kwargs["slot_id"] = body.id_slot
-    return kwargs
+        own["slot_id"] = body.id_slot
+    return from_keywords(llm, {**sampling, **own, **extra})
 
 
-def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
-    kwargs = generation_kwargs(llm, body, options, None)
+def chat_request(llm, body: ChatRequest, options: ServerOptions, **extra) -> tuple[GenerationRequest, dict]:
+    """A chat body as the typed request and the chat options (``plan_chat``'s keywords)."""
+    logprobs = None
     if body.logprobs:
-        kwargs["logprobs"] = True
-        kwargs["top_logprobs"] = body.top_logprobs or 0
+        logprobs = body.top_logprobs or 0
     elif body.top_logprobs is not None:
         raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    request = generation_request(llm, body, options, None, logprobs=logprobs, **extra)
+    chat: dict = {}
     if body.response_format is not None:
-        kwargs["response_format"] = body.response_format
+        chat["response_format"] = body.response_format
     elif body.json_schema is not None:  # llama-server's own field
-        kwargs["response_format"] = {"type": "json_object", "schema": body.json_schema}
+        chat["response_format"] = {"type": "json_object", "schema": body.json_schema}
     if body.tools:
-        kwargs["tools"] = body.tools
+        chat["tools"] = body.tools
+        chat["parallel_tool_calls"] = body.parallel_tool_calls
     if body.tool_choice is not None:
-        kwargs["tool_choice"] = body.tool_choice
-    if body.tools:
-        kwargs["parallel_tool_calls"] = body.parallel_tool_calls
+        chat["tool_choice"] = body.tool_choice
     template_arguments = {}
     if options.reasoning == "off":  # llama-server's --reasoning off: the template is told not to think
         template_arguments["enable_thinking"] = False
@@ -134,7 +131,7 @@ def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
         template_arguments["add_generation_prompt"] = False
     template_arguments.update(body.chat_template_kwargs or {})
     if template_arguments:
-        kwargs["extra_template_arguments"] = template_arguments
+        chat["extra_template_arguments"] = template_arguments
     if body.continue_final_message and body.add_generation_prompt:
         raise ApiError(
             400, "continue_final_message and add_generation_prompt cannot both be true", "continue_final_message"
@@ -147,11 +144,11 @@ def chat_kwargs(llm, body: ChatRequest, options: ServerOptions) -> dict:
             raise ApiError(400, "two assistant messages end the conversation: only the last one can be continued")
         if isinstance(last.get("content"), list):  # its text parts, a paragraph each (llama-server's join)
             last["content"] = "\n\n".join(p.get("text", "") for p in last["content"] if isinstance(p, dict))
-        kwargs["assistant_prefill"] = True
+        chat["assistant_prefill"] = True
     budget = body.reasoning_budget if body.reasoning_budget is not None else options.reasoning_budget
     if budget is not None and budget >= 0:
-        kwargs["reasoning_budget"] = budget
-    return kwargs
+        chat["reasoning_budget"] = budget
+    return request, chat
 
 
 def check_media(messages: list, media_path: str | None) -> None:

@@ -48,7 +48,7 @@ class LoraScales(RootModel[list[LoraChoice]]):
 
 
 def _knob(field: SamplingField):
-    # no bounds here: llama-server clamps some values (params.generation_kwargs) and the library
+    # no bounds here: llama-server clamps some values (params.generation_request) and the library
     # refuses the rest by name
     return (Optional[StrictInt] if field.kind is int else Optional[float]), None  # noqa: UP045 - evaluated
 

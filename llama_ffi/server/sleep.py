@@ -62,7 +62,7 @@ class Sleeper:
     async def _sleep(self) -> None:
         answers = {path: await _call(self.app, path) for path in REMEMBERED}
         self.asleep = answers
-        self.served.metrics.retire(self.served.llm)
+        await run_in_threadpool(self.served.metrics.retire, self.served.llm)
         llm, self.served.llm = self.served.llm, None
         await run_in_threadpool(llm.close)
         status, headers, body = answers["/props"]

@@ -4,6 +4,7 @@ the ChatML fallback) → the completion engine → OpenAI ``chat.completion`` sh
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,10 +21,12 @@ from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
 from llama_ffi.high.chat.tool_stream import CallStream
 from llama_ffi.high.compat import chat_logprobs, chat_options
+from llama_ffi.high.engine import results
 from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.multimodal import MediaPrompt, extract_media
 from llama_ffi.high.multimodal.prompt import check_kind
+from llama_ffi.high.request import GenerationRequest, from_keywords
 
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
 
@@ -150,14 +153,13 @@ MEDIA_MARKER = "<__media__>"  # mtmd's default, for messages checked without an 
 def plan_chat(
     llm,
     messages,
+    request: GenerationRequest | None = None,
     *,
     chat_handler=None,
     chat_format=None,
     chat_template_name=None,
     extra_template_arguments=None,
     response_format=None,
-    stream: bool = False,
-    max_tokens: int | None = None,
     assistant_prefill: bool = False,
     tools=None,
     tool_choice=None,
@@ -168,8 +170,11 @@ def plan_chat(
     reasoning_budget_message: str = "",
     reasoning_start_in_prompt: bool | None = None,
     reasoning_start_max_tokens: int | None = None,
-    **completion_kwargs,
 ):
+    """The chat request as a completion of its rendered prompt: ``request`` (the typed request,
+    ``high.request``) with the constraint and processors the chat options add, and how the result
+    becomes ``chat.completion`` shapes."""
+    request = request if request is not None else GenerationRequest(max_tokens=None)
     mtmd = llm.mtmd
     messages, media = extract_media(messages)
     if media and mtmd is None:
@@ -216,13 +221,12 @@ def plan_chat(
             started,
             reasoning_start_max_tokens,
         )
-        processors = completion_kwargs.get("logits_processor") or []
-        completion_kwargs["logits_processor"] = [*([processors] if callable(processors) else processors), budget]
+        request = dataclasses.replace(request, logits_processor=(*request.logits_processor, budget))
     grammar = response_grammar(response_format)
     if tool_plan.mode in ("required", "named"):
         grammar = LlamaGrammar.from_string(tool_calls.forced_grammar(tool_plan))
     if grammar is not None:
-        completion_kwargs["grammar"] = grammar
+        request = dataclasses.replace(request, grammar=grammar)
     bos_text = llm.tokenizer.piece(llm.token_bos(), special=True) if llm.token_bos() >= 0 else b""
     add_bos = bool(lib.llama_vocab_get_add_bos(llm.loaded_model.vocab_ptr)) and not (
         bos_text and prompt.encode().startswith(bos_text)
@@ -234,35 +238,25 @@ def plan_chat(
     parse_calls = tool_plan.mode != "none" or reasoning_budget is not None or started
     # Calls and reasoning stream as they are generated (tool_stream): forced calls in the Hermes form
     # their grammar sets; with "auto", Hermes calls too, other families' forms whole at the end.
-    return ChatPlan(
-        tokens,
-        dict(completion_kwargs, max_tokens=max_tokens, stream=stream),
-        stream,
-        parse_calls,
-        tool_plan,
-        think,
-        completion_kwargs.get("model") or llm.model_path,
-        prompt,
-    )
+    return ChatPlan(tokens, request, parse_calls, tool_plan, think, request.model or llm.model_path, prompt)
 
 
 class ChatPlan:
-    """A chat request as a completion request (``tokens``, ``completion_kwargs``), and how its
+    """A chat request as a completion request (``tokens``, the typed ``request``), and how its
     result becomes ``chat.completion`` shapes (``finish``, or ``afinish`` for asyncio)."""
 
     def __init__(
         self,
         tokens,
-        completion_kwargs: dict,
-        stream: bool,
+        request: GenerationRequest,
         parse_calls: bool,
         tool_plan,
         think,
         model: str,
         prompt: str = "",
     ) -> None:
-        self.tokens, self.completion_kwargs, self.prompt = tokens, completion_kwargs, prompt
-        self.stream, self.parse_calls, self.tool_plan, self.think = stream, parse_calls, tool_plan, think
+        self.tokens, self.request, self.prompt = tokens, request, prompt
+        self.stream, self.parse_calls, self.tool_plan, self.think = request.stream, parse_calls, tool_plan, think
         self.model = model
         self.cid, self.created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
 
@@ -331,8 +325,11 @@ class ChatPlan:
         return out
 
 
+CHAT_OPTIONS = frozenset(inspect.signature(plan_chat).parameters) - {"llm", "messages", "request"}
+
+
 def call_options(llm, kwargs: dict) -> dict:
-    """A call's options after llama-cpp-python's spellings, with the Llama's own chat settings
+    """A call's chat options after llama-cpp-python's spellings, with the Llama's own chat settings
     (handler, format, template variables) where the call gives none; a call's own
     ``extra_template_arguments`` win over the Llama's."""
     chat_options(kwargs)
@@ -348,21 +345,43 @@ def call_options(llm, kwargs: dict) -> dict:
     return kwargs
 
 
-def chat_prompt(llm, messages, **kwargs) -> tuple[str, int]:
+def split_keywords(llm, kwargs: dict) -> tuple[GenerationRequest, dict]:
+    """A chat call's keyword arguments as the typed request and the chat options (the conversion
+    at ``create_chat_completion``'s edge; a chat's ``max_tokens`` defaults to None)."""
+    kwargs = dict(kwargs)
+    chat_options(kwargs)  # llama-cpp-python's chat spellings (legacy functions, logprobs=True)
+    chat = {k: v for k, v in kwargs.items() if k in CHAT_OPTIONS}
+    request = from_keywords(llm, {k: v for k, v in kwargs.items() if k not in chat}, max_tokens=None)
+    return request, chat
+
+
+def chat_prompt(llm, messages, request: GenerationRequest | None = None, **chat) -> tuple[str, int]:
     """The prompt this chat request renders to, and its length in tokens (llama-server's
     /apply-template and /chat/completions/input_tokens; Anthropic's count_tokens)."""
-    plan = plan_chat(llm, messages, **call_options(llm, kwargs))
+    plan = plan_chat(llm, messages, request, **call_options(llm, chat))
     return plan.prompt, len(plan.tokens)
 
 
+def chat_completion(llm, messages, request: GenerationRequest, **chat):
+    """A chat completion of the typed ``request`` (``chat``: the chat options of ``plan_chat``)."""
+    plan = plan_chat(llm, messages, request, **call_options(llm, chat))
+    return plan.finish(results.complete(llm, plan.tokens, plan.request))
+
+
+async def achat_completion(llm, messages, request: GenerationRequest, **chat):
+    """``chat_completion`` for asyncio."""
+    plan = plan_chat(llm, messages, request, **call_options(llm, chat))
+    return await plan.afinish(await results.acomplete(llm, plan.tokens, plan.request))
+
+
 def create_chat_completion(llm, messages, **kwargs):
-    plan = plan_chat(llm, messages, **call_options(llm, kwargs))
-    return plan.finish(llm.create_completion(plan.tokens, **plan.completion_kwargs))
+    request, chat = split_keywords(llm, kwargs)
+    return chat_completion(llm, messages, request, **chat)
 
 
 async def acreate_chat_completion(llm, messages, **kwargs):
-    plan = plan_chat(llm, messages, **call_options(llm, kwargs))
-    return await plan.afinish(await llm.acreate_completion(plan.tokens, **plan.completion_kwargs))
+    request, chat = split_keywords(llm, kwargs)
+    return await achat_completion(llm, messages, request, **chat)
 
 
 def _message(choice: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dict, str]:

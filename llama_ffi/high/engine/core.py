@@ -135,6 +135,11 @@ class Engine:
     def busy(self) -> bool:
         return bool(self._incoming) or self.work.busy()
 
+    @property
+    def n_slots(self) -> int:
+        """How many slots (sequences) the context has: fixed at its creation."""
+        return len(self.slots.slots)
+
     def status(self) -> EngineStatus:
         """Slots, waiting requests and running totals: a snapshot the loop makes in its next turn."""
         return self.run(self._snapshot, main=False)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
+from llama_ffi.high.completion import prepare
 from llama_ffi.high.engine.choices import build_groups
 from llama_ffi.high.engine.progress import PromptProgress
 from llama_ffi.high.engine.request import DONE, Request
@@ -207,3 +208,18 @@ def tokens(call: Call) -> Iterator[int]:
     for _, event in items(call):
         if event is not None and event.token >= 0:
             yield event.token
+
+
+def call_of(llm, prompt, request) -> Call:
+    """The engine's call for a typed request (``high.request``), checked before any decoding."""
+    return Call(llm, *prepare(llm, prompt, request), request.stream, request.progress, request.slot_id)
+
+
+def complete(llm, prompt, request):
+    """A completion of ``prompt`` for the typed ``request``: its dict, or its chunks when streamed."""
+    return completion(call_of(llm, prompt, request))
+
+
+async def acomplete(llm, prompt, request):
+    """``complete`` for asyncio."""
+    return await acompletion(call_of(llm, prompt, request))

@@ -21,9 +21,11 @@ class Agent:
         self.toolbox, self.cors_proxy = toolbox, cors_proxy
 
     def add_routes(self, app) -> None:
+        """Serve ``/tools`` and ``/cors-proxy`` on ``app`` with this agent's toolbox."""
         from llama_ffi.server.agent import routes  # FastAPI's: the server extra
 
-        routes.add_routes(app, self.toolbox, self.cors_proxy)
+        app.state.agent = self
+        app.include_router(routes.router)
 
     def start(self) -> None:
         if self.toolbox is not None:

@@ -11,9 +11,10 @@ import contextlib
 import http.client
 import json
 import threading
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
@@ -27,34 +28,47 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 PROXY_TIMEOUT = 600.0
 
 
-def add_routes(app: FastAPI, toolbox: Toolbox | None, cors_proxy: bool) -> None:
-    @app.get("/tools")
-    async def list_tools():
-        if toolbox is None:
-            raise ApiError(403, "no tools are offered: start the server with --tools or MCP servers")
-        return toolbox.listing()
+router = APIRouter()
 
-    @app.post("/tools")
-    async def call_tool(request: Request):
-        if toolbox is None:
-            raise ApiError(403, "no tools are offered: start the server with --tools or MCP servers")
-        name, params, stream = _tool_body(await request.body())
-        cwd = request.headers.get("x-tool-cwd") or None
-        spec = request.headers.get("x-tool-runtime") or None
-        if stream:
-            return _streamed(toolbox, name, params, cwd, spec)
-        try:
-            return await run_in_threadpool(toolbox.invoke, name, params, cwd, spec)
-        except (UnknownTool, NotStreamable) as error:
-            raise ApiError(404, str(error), "tool") from None
-        except RuntimeSpecError as error:
-            raise ApiError(500, str(error)) from None
 
-    @app.api_route("/cors-proxy", methods=["GET", "POST"])
-    async def proxy(request: Request):
-        if not cors_proxy:
-            raise ApiError(403, "the CORS proxy is off (--ui-mcp-proxy)")
-        return await _proxied(request)
+def agent_of(request: Request):
+    """The app's ``Agent`` (its toolbox and whether the proxy is on): ``app.state.agent``."""
+    return request.app.state.agent
+
+
+AgentDep = Annotated[Any, Depends(agent_of)]
+
+
+@router.get("/tools")
+async def list_tools(agent: AgentDep):
+    if agent.toolbox is None:
+        raise ApiError(403, "no tools are offered: start the server with --tools or MCP servers")
+    return agent.toolbox.listing()
+
+
+@router.post("/tools")
+async def call_tool(request: Request, agent: AgentDep):
+    toolbox = agent.toolbox
+    if toolbox is None:
+        raise ApiError(403, "no tools are offered: start the server with --tools or MCP servers")
+    name, params, stream = _tool_body(await request.body())
+    cwd = request.headers.get("x-tool-cwd") or None
+    spec = request.headers.get("x-tool-runtime") or None
+    if stream:
+        return _streamed(toolbox, name, params, cwd, spec)
+    try:
+        return await run_in_threadpool(toolbox.invoke, name, params, cwd, spec)
+    except (UnknownTool, NotStreamable) as error:
+        raise ApiError(404, str(error), "tool") from None
+    except RuntimeSpecError as error:
+        raise ApiError(500, str(error)) from None
+
+
+@router.api_route("/cors-proxy", methods=["GET", "POST"])
+async def proxy(request: Request, agent: AgentDep):
+    if not agent.cors_proxy:
+        raise ApiError(403, "the CORS proxy is off (--ui-mcp-proxy)")
+    return await _proxied(request)
 
 
 def _tool_body(raw: bytes) -> tuple[str, dict, bool]:

@@ -9,6 +9,6 @@ whose prefix the slots still hold.
 One module a job: ``protocol`` (the body, the store), ``convert`` (to a chat request), ``output``
 (items, the response), ``stream`` (events), ``routes``."""
 
-from llama_ffi.server.responses.routes import add_routes
+from llama_ffi.server.responses.routes import router
 
-__all__ = ["add_routes"]
+__all__ = ["router"]

@@ -17,11 +17,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from llama_ffi.server import errors, native
+from llama_ffi.server import errors
 from llama_ffi.server.agent import Agent
-from llama_ffi.server.api import Gate
+from llama_ffi.server.auth import Gate
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
+from llama_ffi.server.native.props import build_info
 from llama_ffi.server.router import hf_cache
 from llama_ffi.server.router.catalog import ModelEntry
 from llama_ffi.server.router.hosts import Fleet, ModelHost
@@ -155,7 +156,7 @@ def create_router_app(
             "model_alias": "llama-ffi",
             "model_path": "none",
             "default_generation_settings": {"params": {}, "n_ctx": 0},
-            "build_info": native.build_info(),
+            "build_info": build_info(),
             "is_sleeping": False,
         }
 
