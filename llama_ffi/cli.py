@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--system", help="a system message")
     chat.set_defaults(func=cmd_chat)
     serve = sub.add_parser("serve", parents=[common], help="an OpenAI-compatible HTTP server (llama-server's flags)")
-    from llama_ffi.server.cli import configure_parser
+    from llama_ffi.server.launch import configure_parser
 
     configure_parser(serve)
     serve.set_defaults(func=cmd_serve)

@@ -41,7 +41,7 @@ def build_app(
     flags = [str(f) for f in serve_flags]
 
     def asgi_app():  # run on each replica when it starts
-        from llama_ffi.server.cli import serve_app
+        from llama_ffi.server.launch import serve_app
 
         return _named(serve_app(flags))
 
@@ -74,7 +74,7 @@ def _prefix_app(flags: list[str], options: dict):
         """One llama-ffi serve app on a replica, answering relayed requests."""
 
         def __init__(self) -> None:
-            from llama_ffi.server.cli import serve_app
+            from llama_ffi.server.launch import serve_app
 
             self.own = serve_app(flags)
             self.app = _named(self.own)

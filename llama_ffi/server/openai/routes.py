@@ -14,6 +14,7 @@ from llama_ffi.high.engine import results
 from llama_ffi.server import params
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.handling import embed, generate, parse
+from llama_ffi.server.openai.models import model_object
 from llama_ffi.server.schemas import ChatRequest, CompletionRequest, EmbeddingRequest
 from llama_ffi.server.served import Served, ServedDep
 
@@ -22,14 +23,12 @@ router = APIRouter()
 
 def model_card(served: Served, llm) -> dict:
     """The served model as OpenAI's model object, with llama-server's ``meta``."""
-    return {
-        "id": served.model_id,
-        "object": "model",
-        "created": int(time.time()),
-        "owned_by": "llama-ffi",
-        "aliases": sorted(served.aliases),
-        "tags": list(served.options.tags),
-        "meta": {
+    return model_object(
+        served.model_id,
+        int(time.time()),
+        aliases=sorted(served.aliases),
+        tags=list(served.options.tags),
+        meta={
             "n_ctx": int(llm.n_ctx),
             "n_ctx_train": llm.n_ctx_train,
             "n_vocab": int(llm.n_vocab),
@@ -38,7 +37,7 @@ def model_card(served: Served, llm) -> dict:
             "size": int(lib.llama_model_size(llm.loaded_model.ptr)),
             "slots": served.n_slots,
         },
-    }
+    )
 
 
 @router.get("/v1/models")

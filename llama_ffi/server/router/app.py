@@ -23,6 +23,7 @@ from llama_ffi.server.auth import Gate
 from llama_ffi.server.cors import Cors, Prefix
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.native.props import build_info
+from llama_ffi.server.openai.models import model_object
 from llama_ffi.server.router import hf_cache
 from llama_ffi.server.router.catalog import ModelEntry
 from llama_ffi.server.router.hosts import Fleet, ModelHost
@@ -241,14 +242,4 @@ def _listing(host: ModelHost, now: int) -> dict:
 
 
 def _model(model_id: str, status: dict, source: str, now: int) -> dict:
-    return {
-        "id": model_id,
-        "aliases": [],
-        "tags": [],
-        "object": "model",
-        "owned_by": "llamacpp",
-        "created": now,
-        "status": status,
-        "source": source,
-        "can_remove": source == "cache",
-    }
+    return model_object(model_id, now, aliases=[], tags=[], status=status, source=source, can_remove=source == "cache")
