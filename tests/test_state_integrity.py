@@ -189,8 +189,9 @@ def test_entries_of_another_kv_type_in_a_shared_cache_are_left_alone(smollm2_pat
     _, path = stored_entry(smollm2_path, tmp_path)
     caplog.set_level(logging.WARNING, logger="llama_ffi")
     with Llama(str(smollm2_path), n_ctx=1024, n_threads=2, n_seq_max=1, type_k="q8_0", progress=False) as other:
-        other.set_cache(LlamaDiskCache(tmp_path, 1 << 28))
-        assert len(other.engine.slots.cache) == 1
+        cache = LlamaDiskCache(tmp_path, 1 << 28)
+        other.set_cache(cache)
+        assert len(cache) == 1
         before = other.engine.status().stats.prompt_tokens
         other(STORY, max_tokens=4, **GREEDY)
         assert other.engine.status().stats.prompt_tokens - before == len(
@@ -295,8 +296,9 @@ def test_a_writer_killed_at_random_points_leaves_a_cache_the_next_process_uses(s
         proc.wait()
     for path in tmp_path.glob(f"*{LlamaDiskCache.SUFFIX}"):
         state_format.decode(path.read_bytes())  # every file that has its name is whole
-    with open_llama(smollm2_path, tmp_path) as llm:
-        cache = llm.engine.slots.cache
+    cache = LlamaDiskCache(tmp_path, 1 << 28)
+    with open_llama(smollm2_path) as llm:
+        llm.set_cache(cache)
         assert len(cache) >= 2
         # The reference asks each prompt twice on a fresh Llama: the second answer comes from its own
         # cache in the shapes of a restore (the prompt's cells from one batch, the last token again
@@ -320,12 +322,13 @@ FULL_DISK = textwrap.dedent("""
     logging.basicConfig(level=logging.WARNING)
     from llama_ffi.high import Llama, LlamaDiskCache
     llm = Llama(sys.argv[1], n_ctx=1024, n_threads=2, n_seq_max=1, progress=False)
-    llm.set_cache(LlamaDiskCache(sys.argv[2], 1 << 30))
+    cache = LlamaDiskCache(sys.argv[2], 1 << 30)
+    llm.set_cache(cache)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))  # no file may grow past 64 KiB
     a = llm(sys.argv[3], max_tokens=8, temperature=0.0)["choices"][0]["text"]
     b = llm("Something else entirely.", max_tokens=4, temperature=0.0)["choices"][0]["text"]
     c = llm(sys.argv[3], max_tokens=8, temperature=0.0)["choices"][0]["text"]
-    print(repr((a, c, len(llm.engine.slots.cache))))
+    print(repr((a, c, len(cache))))
 """)
 
 
