@@ -1,32 +1,23 @@
-"""The router's HTTP face: ``GET /models`` (every model with its state), ``POST /models/load`` and
-``/models/unload``, ``GET /props`` (the router's own, or a model's with ``?model=``), and every
-other route forwarded to the model its request names (the body's ``model``, or ``?model=``) as an
-ASGI call: the single-model server answers, on the same event loop, with nothing in between."""
+"""The router's app: its lifespan (the models unloaded at the end, idle ones put to sleep), the
+middleware, and its routes (``router.routes``) with the agent's before the catch-all forward."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-import json
-import time
 from collections.abc import Callable
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
 
 from llama_ffi.server import errors
 from llama_ffi.server.agent import Agent
 from llama_ffi.server.auth import Gate
 from llama_ffi.server.cors import Cors, Prefix
-from llama_ffi.server.errors import ApiError
-from llama_ffi.server.native.props import build_info
-from llama_ffi.server.openai.models import model_object
-from llama_ffi.server.router import hf_cache
+from llama_ffi.server.router import routes
 from llama_ffi.server.router.catalog import ModelEntry
-from llama_ffi.server.router.hosts import Fleet, ModelHost
+from llama_ffi.server.router.hosts import Fleet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,179 +58,8 @@ def create_router_app(
     app.add_middleware(Cors, origins=options.cors_origins)
     if options.api_prefix:
         app.add_middleware(Prefix, prefix=options.api_prefix)
-
-    @app.get("/health")
-    @app.get("/v1/health")
-    async def health():
-        return {"status": "ok"}
-
-    downloads: set[str] = set()  # POST /models in progress, by the id the model will have
-    fetching: set[asyncio.Task] = set()  # their tasks, held until done (the loop keeps only weak ones)
-
-    @app.get("/models")
-    @app.get("/v1/models")
-    async def models(reload: str = ""):
-        if reload:
-            fleet.update(reread())
-            fleet.events.publish("models_reload", "*")
-        now = int(time.time())
-        listed = [_listing(h, now) for h in fleet.hosts.values()]
-        listed += [_downloading(spec, now) for spec in sorted(downloads - set(fleet.hosts))]
-        return {"object": "list", "data": listed}
-
-    @app.get("/models/sse")
-    async def model_events():
-        return fleet.events.response()
-
-    @app.post("/models")
-    async def download(request: Request):
-        """Fetch OWNER/NAME[:TAG] into -hf's cache; ``/models/sse`` says when it is there."""
-        spec = _body_model(await request.body())
-        try:
-            model_id = hf_cache.listed_id(spec)
-        except ValueError as error:
-            raise ApiError(400, str(error), "model") from None
-        if model_id in fleet.hosts or model_id in downloads:
-            raise ApiError(400, f"model '{model_id}' already exists", "model")
-        downloads.add(model_id)
-        task = asyncio.ensure_future(_download(spec, model_id))
-        fetching.add(task)
-        task.add_done_callback(fetching.discard)
-        return {"success": True}
-
-    async def _download(spec: str, model_id: str) -> None:
-        try:
-            await run_in_threadpool(hf_cache.download, spec)
-        except Exception as error:  # noqa: BLE001 - the listeners hear why; the router goes on
-            fleet.events.publish("download_failed", spec, {"error": str(error) or type(error).__name__})
-        else:
-            fleet.update(reread())
-            fleet.events.publish("download_finished", spec, {"model": model_id})
-        finally:
-            downloads.discard(model_id)
-
-    @app.delete("/models")
-    async def remove(model: str = ""):
-        """Unload a model ``-hf`` cached (once its requests end) and delete its files."""
-        host = fleet.host(model or None)
-        if host.entry.source != "cache":
-            raise ApiError(400, f"model '{host.entry.id}' is not removable (not from the -hf cache)", "model")
-        await fleet.unload(host)
-        await run_in_threadpool(hf_cache.remove, host.entry.id)
-        fleet.update(reread())
-        fleet.events.publish("model_remove", host.entry.id)
-        return {"success": True}
-
-    @app.post("/models/load")
-    async def load(request: Request):
-        host = fleet.host(_body_model(await request.body()))
-        if host.holds_place:
-            raise ApiError(400, f"model '{host.entry.id}' is already running", "model")
-        asyncio.ensure_future(_quietly(fleet.load(host)))  # /models shows it loading, then loaded
-        return {"success": True}
-
-    @app.post("/models/unload")
-    async def unload(request: Request):
-        host = fleet.host(_body_model(await request.body()))
-        if not host.holds_place:
-            raise ApiError(400, f"model '{host.entry.id}' is not running", "model")
-        asyncio.ensure_future(_quietly(fleet.unload(host)))
-        return {"success": True}
-
-    @app.get("/props")
-    async def props(request: Request):
-        if request.query_params.get("model"):
-            return await _forwarded(request)
-        return {
-            "role": "router",
-            "max_instances": fleet.models_max,
-            "models_autoload": fleet.autoload,
-            "model_alias": "llama-ffi",
-            "model_path": "none",
-            "default_generation_settings": {"params": {}, "n_ctx": 0},
-            "build_info": build_info(),
-            "is_sleeping": False,
-        }
-
-    agent.add_routes(app)  # before the catch-all below
-
-    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
-    async def forward(request: Request):
-        return await _forwarded(request)
-
-    async def _forwarded(request: Request) -> Response:
-        body = await request.body()
-        name = request.query_params.get("model")
-        if request.method == "POST" and not name:
-            name = _body_model(body)
-        host = fleet.host(name)
-        autoload = request.query_params.get("autoload")
-        app_for = await _acquire(host, None if autoload is None else autoload in ("1", "true"), request)
-        return Forward(fleet, host, app_for, body)
-
-    async def _acquire(host: ModelHost, autoload: bool | None, request: Request):
-        gone = asyncio.Event()
-
-        async def watch():  # the client leaving while its model waits for a place
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            gone.set()
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            return await fleet.acquire(host, autoload, gone)
-        finally:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
-
+    app.state.router = routes.RouterState(fleet, reread)
+    app.include_router(routes.router)
+    agent.add_routes(app)  # before the catch-all
+    app.include_router(routes.forwarding)
     return app
-
-
-class Forward(Response):
-    """The rest of a request, answered by its model's app; its place in flight ends with it."""
-
-    def __init__(self, fleet: Fleet, host: ModelHost, app, body: bytes) -> None:
-        super().__init__()
-        self.fleet, self.host, self.app, self.body_bytes = fleet, host, app, body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        replayed = False
-
-        async def receive_again() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": self.body_bytes, "more_body": False}
-            return await receive()
-
-        try:
-            await self.app(scope, receive_again, send)
-        finally:
-            await self.fleet.release(self.host)
-
-
-def _body_model(body: bytes) -> str | None:
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        raise ApiError(400, "the body is not JSON") from None
-    model = data.get("model") if isinstance(data, dict) else None
-    return model if isinstance(model, str) else None
-
-
-async def _quietly(work) -> None:
-    with contextlib.suppress(ApiError):  # a failed load is the model's state, shown by /models
-        await work
-
-
-def _downloading(model_id: str, now: int) -> dict:
-    listed = _model(model_id, {"value": "downloading", "args": ["-hf", model_id]}, "cache", now)
-    return {**listed, "can_remove": False}
-
-
-def _listing(host: ModelHost, now: int) -> dict:
-    return _model(host.entry.id, host.status(), host.entry.source, now)
-
-
-def _model(model_id: str, status: dict, source: str, now: int) -> dict:
-    return model_object(model_id, now, aliases=[], tags=[], status=status, source=source, can_remove=source == "cache")
