@@ -34,11 +34,18 @@ MODULE_NAME = "llama_ffi._lib"
 ABI3_MODULE_FILE = "_lib.abi3.so"
 
 # The hand-written glue (glue/llama_ffi_glue.c) as cffi sees it: the Python callbacks llama.cpp
-# calls back into, the abort callback that polls a context's flag between graph nodes without
-# taking the GIL, the timed decode, the greedy run, and the library checks of the import guard.
+# calls back into (logs, load progress, the llguidance sampler's interface: high/constraints), the
+# abort callback that polls a context's flag between graph nodes without taking the GIL, the timed
+# decode, the greedy run, and the library checks of the import guard.
 GLUE_CDEF = """
 extern "Python" void llama_ffi_on_log(enum ggml_log_level, const char *, void *);
 extern "Python" bool llama_ffi_on_progress(float, void *);
+extern "Python" const char *llama_ffi_llg_name(const struct llama_sampler *);
+extern "Python" void llama_ffi_llg_accept(struct llama_sampler *, llama_token);
+extern "Python" void llama_ffi_llg_apply(struct llama_sampler *, llama_token_data_array *);
+extern "Python" void llama_ffi_llg_reset(struct llama_sampler *);
+extern "Python" struct llama_sampler *llama_ffi_llg_clone(const struct llama_sampler *);
+extern "Python" void llama_ffi_llg_free(struct llama_sampler *);
 bool llama_ffi_abort_requested(void *);
 int32_t llama_ffi_decode(struct llama_context *, struct llama_batch);
 double llama_ffi_decode_seconds(void);

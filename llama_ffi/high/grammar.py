@@ -1,4 +1,8 @@
-"""GBNF grammars: ``LlamaGrammar.from_string`` / ``from_file``, checked by llama.cpp's own parser."""
+"""``LlamaGrammar``, the one front door to constrained output: GBNF (``from_string`` / ``from_file``,
+run by llama.cpp's own grammar engine), and JSON Schema, regular expressions, choices and Lark
+grammars (``from_json_schema``, ``from_regex``, ``from_choice``, ``from_lark``, run by llguidance:
+``high.constraints``). Each is checked when made; ``sampler(vocab)`` gives a llama.cpp sampler
+for a chain (``llama_sampler_apply`` / ``accept`` / ``reset`` drive it)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 
 from llama_ffi import ffi, lib
 from llama_ffi._logging import capture_errors
+from llama_ffi.high import constraints
 from llama_ffi.high.errors import RequestValueError
 
 log = logging.getLogger("llama_ffi")
@@ -42,14 +47,16 @@ def _captured_stderr_fd():
 
 
 class LlamaGrammar:
-    """A GBNF grammar. It is parsed against a model's vocabulary when a completion uses it;
-    ``check(model)`` parses it right away."""
+    """A constraint: a GBNF grammar (``engine`` "gbnf": parsed against a model's vocabulary when a
+    completion uses it, or by ``check(model)``), or a llguidance grammar (``engine`` "llguidance":
+    compiled when made)."""
 
-    def __init__(self, text: str, root: str = "root") -> None:
+    def __init__(self, text: str, root: str = "root", engine: str = "gbnf") -> None:
         if not isinstance(text, str) or not text.strip():
             raise RequestValueError("grammar text must be a non-empty string")
         self.text = text
         self.root = root
+        self.engine = engine
         self._parsed: set[int] = set()  # vocabularies it parsed against
 
     @classmethod
@@ -65,17 +72,37 @@ class LlamaGrammar:
 
     @classmethod
     def from_json_schema(cls, json_schema: str | dict, verbose: bool = True) -> LlamaGrammar:
-        """The grammar of a JSON Schema (a JSON string, as llama-cpp-python takes it, or a dict)."""
-        import json
+        """Output that validates against a JSON Schema (a JSON string, as llama-cpp-python takes
+        it, or a dict); ``ConstraintError`` (a ValueError) naming what cannot be enforced."""
+        return cls._llguidance(constraints.json_schema_grammar(json_schema), verbose)
 
-        from llama_ffi.high.chat.json_schema import schema_to_gbnf  # the schema compiler lives with chat
+    @classmethod
+    def from_regex(cls, pattern: str, verbose: bool = True) -> LlamaGrammar:
+        """Output that the regular expression matches whole."""
+        return cls._llguidance(constraints.regex_grammar(pattern), verbose)
 
-        schema = json.loads(json_schema) if isinstance(json_schema, str) else json_schema
-        return cls.from_string(schema_to_gbnf(schema), verbose)
+    @classmethod
+    def from_choice(cls, choices, verbose: bool = True) -> LlamaGrammar:
+        """Exactly one of the strings ``choices``."""
+        return cls._llguidance(constraints.choice_grammar(choices), verbose)
+
+    @classmethod
+    def from_lark(cls, text: str, verbose: bool = True) -> LlamaGrammar:
+        """A Lark grammar, in llguidance's dialect (``%json``, ``%regex``, lexemes and rules)."""
+        return cls._llguidance(constraints.lark_grammar(text), verbose)
+
+    @classmethod
+    def _llguidance(cls, grammar: str, verbose: bool) -> LlamaGrammar:
+        if verbose:
+            log.debug("llguidance grammar:\n%s", grammar)
+        return cls(grammar, engine="llguidance")
 
     def sampler(self, vocab):
-        """A new grammar sampler (owned by whoever adds it to a chain); ValueError if invalid. Only
-        the first parse for a vocabulary watches stderr; a grammar that parsed once parses again."""
+        """A new sampler enforcing the grammar (owned by whoever adds it to a chain); ValueError if
+        invalid. For GBNF only the first parse for a vocabulary watches stderr; a grammar that
+        parsed once parses again."""
+        if self.engine == "llguidance":
+            return constraints.new_sampler(self.text, vocab)
         key = int(ffi.cast("uintptr_t", vocab))
         if key in self._parsed:
             smpl = lib.llama_sampler_init_grammar(vocab, self.text.encode(), self.root.encode())

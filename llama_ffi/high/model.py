@@ -14,6 +14,7 @@ from llama_ffi import ffi, lib, rpc
 from llama_ffi._logging import capture_errors, reason
 from llama_ffi.devices import device_by_name
 from llama_ffi.high._checks import flag, integer, number
+from llama_ffi.high.constraints import tokenizer as constraint_tokenizers
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.validate import check_model_file
 
@@ -245,6 +246,7 @@ class Model:
     def close(self) -> None:
         ptr, self._ptr = self._ptr, ffi.NULL
         if ptr != ffi.NULL:
+            constraint_tokenizers.forget(lib.llama_model_get_vocab(ptr))  # its address may be reused
             lib.llama_model_free(ptr)
         self._close_remote()
 

@@ -15,7 +15,6 @@ from llama_ffi.high import shapes
 from llama_ffi.high.chat import media_parts
 from llama_ffi.high.chat import tools as tool_calls
 from llama_ffi.high.chat.formats import format_with_builtin
-from llama_ffi.high.chat.json_schema import schema_to_gbnf
 from llama_ffi.high.chat.messages import text_only, validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
@@ -29,19 +28,6 @@ from llama_ffi.high.multimodal.prompt import check_kind
 from llama_ffi.high.request import GenerationRequest, from_keywords
 
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
-
-# Any JSON value at the top is an object (OpenAI's json_object mode); whitespace is bounded so a
-# model cannot loop on it.
-JSON_OBJECT_GBNF = r"""
-root    ::= object
-value   ::= object | array | string | number | "true" | "false" | "null"
-object  ::= "{" sp ( member ( "," sp member )* )? sp "}"
-member  ::= string sp ":" sp value
-array   ::= "[" sp ( value ( "," sp value )* )? sp "]"
-string  ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number  ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
-sp      ::= [ \t\n]{0,8}
-"""
 
 
 def model_template(llm, name: str | None) -> ChatTemplate | None:
@@ -142,9 +128,8 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
         if not isinstance(spec, dict) or "schema" not in spec:
             raise RequestValueError("response_format of type json_schema needs {'json_schema': {'schema': {...}}}")
         schema = spec["schema"]
-    if schema is None:
-        return LlamaGrammar.from_string(JSON_OBJECT_GBNF)
-    return LlamaGrammar.from_string(schema_to_gbnf(schema))
+    # OpenAI's json_object mode: any JSON object
+    return LlamaGrammar.from_json_schema({"type": "object"} if schema is None else schema, verbose=False)
 
 
 MEDIA_MARKER = "<__media__>"  # mtmd's default, for messages checked without an mmproj

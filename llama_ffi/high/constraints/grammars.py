@@ -1,0 +1,69 @@
+"""The constraints a request can give, as llguidance grammars: a JSON Schema, a regular expression,
+a choice among strings, a Lark grammar. Each is checked here, before any decoding: a constraint
+that cannot be enforced is a ``ConstraintError`` naming the problem (a 400 on the server), never a
+constraint silently dropped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import llguidance
+
+from llama_ffi.high.errors import RequestTypeError, RequestValueError
+
+# Canonical one-line JSON (``{"a": 1, "b": [2, 3]}``): no free whitespace between tokens, so a model
+# cannot loop on it, and the output reads as Python's json.dumps writes it.
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class ConstraintError(RequestValueError):
+    """A schema, pattern or grammar that cannot be enforced; the message says why."""
+
+
+def checked(grammar: str, what: str) -> str:
+    """``grammar`` if llguidance compiles it; a ``ConstraintError`` naming ``what`` otherwise."""
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise ConstraintError(f"{what} cannot be enforced: {messages[0] if messages else 'invalid'}")
+    return grammar
+
+
+def json_schema_grammar(schema: dict | bool | str) -> str:
+    """A JSON Schema (a dict, ``true``, or its JSON text)."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError as error:
+            raise ConstraintError(f"the JSON schema is not valid JSON: {error}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise RequestTypeError(f"a JSON schema must be an object (or true), got {type(schema).__name__}")
+    if schema is True:
+        schema = {}
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
+    except ValueError as error:
+        raise ConstraintError(f"the JSON schema cannot be enforced: {error}") from None
+    return checked(grammar, "the JSON schema")
+
+
+def regex_grammar(pattern: str) -> str:
+    if not isinstance(pattern, str) or not pattern:
+        raise RequestTypeError("a regex must be a non-empty string")
+    return checked(llguidance.LLMatcher.grammar_from_regex(pattern), f"the regex {pattern!r}")
+
+
+def choice_grammar(choices: Sequence[str]) -> str:
+    """Exactly one of ``choices`` (vLLM's ``guided_choice``)."""
+    if isinstance(choices, str) or not choices or not all(isinstance(c, str) and c for c in choices):
+        raise RequestTypeError("choices must be a non-empty list of non-empty strings")
+    alternatives = " | ".join(json.dumps(c) for c in dict.fromkeys(choices))
+    return checked(llguidance.LLMatcher.grammar_from_lark(f"start: {alternatives}\n"), "the choice")
+
+
+def lark_grammar(text: str) -> str:
+    """A Lark grammar in llguidance's dialect (llama-server's ``%llguidance`` grammars)."""
+    if not isinstance(text, str) or not text.strip():
+        raise RequestTypeError("a Lark grammar must be a non-empty string")
+    text = text.removeprefix("%llguidance {}").lstrip("\n") if text.startswith("%llguidance {}") else text
+    return checked(llguidance.LLMatcher.grammar_from_lark(text), "the Lark grammar")

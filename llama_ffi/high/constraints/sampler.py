@@ -1,0 +1,103 @@
+"""llguidance inside llama.cpp's sampler chain: a ``llama_sampler`` whose interface (``name``,
+``apply``, ``accept``, ``reset``, ``clone``, ``free``) is implemented by cffi callbacks
+(``extern "Python"``, compiled into the module). ``apply`` computes the matcher's token bitmask
+(llguidance drops the GIL meanwhile) and sets every refused candidate's logit to -inf; ``accept``
+advances the matcher; a matcher that fails (a token the mask did not allow, forced by the caller)
+allows only the end of generation from then on. Each sampler keeps its state behind a cffi handle,
+held until llama.cpp frees the sampler (its chain's owner frees the chain)."""
+
+from __future__ import annotations
+
+import llguidance
+import numpy as np
+
+from llama_ffi import ffi, lib
+from llama_ffi.high.constraints import tokenizer as vocab_tokenizer
+
+TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+_NAME = ffi.new("char[]", b"llguidance")
+_IFACE = ffi.new("struct llama_sampler_i *")
+_IFACE.name = lib.llama_ffi_llg_name
+_IFACE.accept = lib.llama_ffi_llg_accept
+_IFACE.apply = lib.llama_ffi_llg_apply
+_IFACE.reset = lib.llama_ffi_llg_reset
+_IFACE.clone = lib.llama_ffi_llg_clone
+_IFACE.free = lib.llama_ffi_llg_free
+_live: dict[int, object] = {}  # handle address -> (state, handle): alive until the sampler is freed
+
+
+class MatcherState:
+    """One sampler's matcher, its bitmask buffer and the model's end-of-generation tokens."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int, eog: list[int]) -> None:
+        self.matcher = matcher
+        self.mask = np.zeros((n_vocab + 31) // 32, dtype=np.uint32)
+        self.eog = np.asarray(eog, dtype=np.int64)
+
+    def allowed(self, ids: np.ndarray) -> np.ndarray:
+        """Which of the candidate ``ids`` the grammar allows next."""
+        if self.matcher.is_error():
+            return np.isin(ids, self.eog)
+        self.matcher.unsafe_compute_mask_ptr(self.mask.ctypes.data, self.mask.nbytes)
+        inside = ids < self.mask.size * 32
+        words = self.mask[np.where(inside, ids >> 5, 0)]
+        return inside & (((words >> (ids & 31).astype(np.uint32)) & 1) == 1)
+
+    def copy(self) -> MatcherState:
+        return MatcherState(self.matcher.deep_copy(), self.mask.size * 32, list(self.eog))
+
+
+def new_sampler(grammar: str, vocab):
+    """A new llama.cpp sampler enforcing the llguidance ``grammar`` over ``vocab`` (owned by whoever
+    adds it to a chain)."""
+    tokenizer = vocab_tokenizer.for_vocab(vocab)
+    matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+    if matcher.is_error():
+        raise ValueError(f"the constraint cannot be enforced: {matcher.get_error()}")
+    eog = vocab_tokenizer.end_of_generation(vocab)
+    return _make(MatcherState(matcher, lib.llama_vocab_n_tokens(vocab), eog))
+
+
+def _make(state: MatcherState):
+    handle = ffi.new_handle(state)
+    _live[int(ffi.cast("uintptr_t", handle))] = (state, handle)
+    return lib.llama_sampler_init(_IFACE, handle)
+
+
+def _state(smpl) -> MatcherState:
+    return ffi.from_handle(smpl.ctx)
+
+
+@ffi.def_extern()
+def llama_ffi_llg_name(smpl):
+    return _NAME
+
+
+@ffi.def_extern()
+def llama_ffi_llg_apply(smpl, cur_p):
+    n = cur_p.size
+    candidates = np.frombuffer(ffi.buffer(cur_p.data, n * TOKEN_DATA.itemsize), dtype=TOKEN_DATA)
+    allowed = _state(smpl).allowed(candidates["id"].astype(np.int64))
+    candidates["logit"][~allowed] = -np.inf
+
+
+@ffi.def_extern()
+def llama_ffi_llg_accept(smpl, token):
+    state = _state(smpl)
+    if not state.matcher.is_error():
+        state.matcher.consume_token(token)  # False: the error state, which allows only the end
+
+
+@ffi.def_extern()
+def llama_ffi_llg_reset(smpl):
+    _state(smpl).matcher.reset()
+
+
+@ffi.def_extern()
+def llama_ffi_llg_clone(smpl):
+    return _make(_state(smpl).copy())
+
+
+@ffi.def_extern()
+def llama_ffi_llg_free(smpl):
+    _live.pop(int(ffi.cast("uintptr_t", smpl.ctx)), None)
