@@ -7,6 +7,7 @@ import asyncio
 import base64
 import concurrent.futures
 import json
+import re
 import threading
 import time
 
@@ -283,6 +284,41 @@ def test_json_mode_and_schema(client):
     )
     assert out.choices[0].finish_reason == "stop"
     assert set(json.loads(out.choices[0].message.content)) == {"city"}
+
+
+def test_every_api_s_constraint_fields_are_enforced(server):
+    """vLLM's structured_outputs and guided_* fields and llama-server's %llguidance grammar, on the
+    completion and chat routes: what comes back is what the constraint allows; two constraints, or
+    one that cannot be enforced, are a 400 naming them."""
+
+    def complete(route: str, **fields) -> httpx.Response:
+        body = {"prompt": "Answer:"} if route == "/v1/completions" else {"messages": MESSAGES}
+        return httpx.post(server.url + route, json={**body, "max_tokens": 24, "temperature": 1.0, **fields}, timeout=60)
+
+    def text(response: httpx.Response) -> str:
+        assert response.status_code == 200, response.text
+        choice = response.json()["choices"][0]
+        return choice["text"] if "text" in choice else choice["message"]["content"]
+
+    lark = '%llguidance {}\nstart: "id-" /[0-9]{3}/\n'
+    for route in ("/v1/completions", "/v1/chat/completions"):
+        for seed in (1, 2):
+            assert re.fullmatch(r"[a-f]{4}", text(complete(route, seed=seed, guided_regex="[a-f]{4}")))
+            assert text(complete(route, seed=seed, structured_outputs={"choice": ["red", "blue"]})) in ("red", "blue")
+            assert text(complete(route, seed=seed, guided_choice=["up", "down"])) in ("up", "down")
+            schema = {
+                "type": "object",
+                "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 5}},
+                "required": ["n"],
+                "additionalProperties": False,
+            }
+            value = json.loads(text(complete(route, seed=seed, structured_outputs={"json": schema})))
+            assert set(value) == {"n"} and 1 <= value["n"] <= 5
+            assert re.fullmatch(r"id-[0-9]{3}", text(complete(route, seed=seed, grammar=lark)))
+        both = complete(route, guided_regex="a+", guided_choice=["a"])
+        assert both.status_code == 400 and "guided_regex" in both.text and "guided_choice" in both.text
+        broken = complete(route, guided_regex="(open")
+        assert broken.status_code == 400 and "guided_regex" in broken.json()["error"]["message"]
 
 
 TOOLS = [

@@ -94,16 +94,56 @@ def generation_request(llm, body: Sampling, options: ServerOptions, default_max:
     own: dict = {"max_tokens": max_tokens(body, default_max), "n": body.n, "stream": body.stream}
     if body.stop is not None:
         own["stop"] = body.stop
-    if body.grammar is not None:
-        try:
-            own["grammar"] = LlamaGrammar.from_string(body.grammar, verbose=False)
-        except ValueError as error:
-            raise ApiError(400, f"grammar: {error}", "grammar") from None
+    grammar = constraint(body)
+    if grammar is not None:
+        own["grammar"] = grammar
     own["active_loras"] = adapters(options.lora_names, body)
     own["progress"] = bool(body.return_progress and body.stream)
     if body.id_slot != -1:
         own["slot_id"] = body.id_slot
     return from_keywords(llm, {**sampling, **own, **extra})
+
+
+# vLLM's structured_outputs keys (and the guided_* fields that spell them) -> LlamaGrammar's makers
+STRUCTURED = {
+    "json": LlamaGrammar.from_json_schema,
+    "regex": LlamaGrammar.from_regex,
+    "choice": LlamaGrammar.from_choice,
+    "grammar": lambda text, verbose: grammar_of(text),
+}
+
+
+def grammar_of(text: str) -> LlamaGrammar:
+    """llama-server's ``grammar``: GBNF (llama.cpp's engine), or Lark after ``%llguidance``."""
+    if text.lstrip().startswith("%llguidance"):
+        return LlamaGrammar.from_lark(text.lstrip(), verbose=False)
+    return LlamaGrammar.from_string(text, verbose=False)
+
+
+def constraint(body: Sampling) -> LlamaGrammar | None:
+    """The one constraint a body gives (``grammar``, vLLM's ``structured_outputs`` or a
+    ``guided_*`` field), compiled; two of them are a 400 naming both, never one silently dropped."""
+    given = {}
+    if body.grammar is not None:
+        given["grammar"] = ("grammar", body.grammar)
+    for key, value in (body.structured_outputs or {}).items():
+        if key not in STRUCTURED:
+            raise ApiError(400, f"structured_outputs.{key}: not one of {', '.join(STRUCTURED)}", "structured_outputs")
+        if value is not None:
+            given[f"structured_outputs.{key}"] = (key, value)
+    for key in STRUCTURED:
+        value = getattr(body, f"guided_{key}")
+        if value is not None:
+            given[f"guided_{key}"] = (key, value)
+    if len(given) > 1:
+        raise ApiError(400, f"give one constraint, not {' and '.join(given)}", next(iter(given)))
+    if not given:
+        return None
+    ((field, (kind, value)),) = given.items()
+    try:
+        return STRUCTURED[kind](value, verbose=False)
+    except (ValueError, TypeError) as error:
+        raise ApiError(400, f"{field}: {error}", field) from None
 
 
 def chat_request(llm, body: ChatRequest, options: ServerOptions, **extra) -> tuple[GenerationRequest, dict]:

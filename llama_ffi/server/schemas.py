@@ -70,7 +70,13 @@ class Sampling(Knobs):
     seed: StrictInt | None = None
     dry_sequence_breakers: list[StrictStr] | None = None
     logit_bias: dict[str, float | StrictBool] | list[list[Any]] | None = None
-    grammar: StrictStr | None = None
+    grammar: StrictStr | None = None  # GBNF, or a Lark grammar after "%llguidance {}" (llama-server's)
+    # vLLM's constraints: structured_outputs {json, regex, choice, grammar}, and their older names
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | StrictStr | None = None
+    guided_regex: StrictStr | None = None
+    guided_choice: list[StrictStr] | None = None
+    guided_grammar: StrictStr | None = None
     ignore_eos: StrictBool = False
     lora: list[LoraChoice] | None = None
     timings_per_token: StrictBool = False  # llama-server's: speeds on a stream's usage chunk

@@ -209,8 +209,12 @@ def plan_chat(
         request = dataclasses.replace(request, logits_processor=(*request.logits_processor, budget))
     grammar = response_grammar(response_format)
     if tool_plan.mode in ("required", "named"):
+        if grammar is not None:
+            raise RequestValueError("a forced tool call and a response_format constrain the same output: give one")
         grammar = LlamaGrammar.from_string(tool_calls.forced_grammar(tool_plan))
     if grammar is not None:
+        if request.grammar is not None:  # never one constraint silently dropped for another
+            raise RequestValueError("grammar and response_format (or a forced tool call) both constrain the output")
         request = dataclasses.replace(request, grammar=grammar)
     bos_text = llm.tokenizer.piece(llm.token_bos(), special=True) if llm.token_bos() >= 0 else b""
     add_bos = bool(lib.llama_vocab_get_add_bos(llm.loaded_model.vocab_ptr)) and not (
