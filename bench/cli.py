@@ -513,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run the soak for MINUTES (one Llama under "
         "mixed concurrent load, every greedy answer checked) and print its report",
     )
+    ap.add_argument(
+        "--maskbench",
+        metavar="DIR",
+        help="JSONSchemaBench's maskbench/data (not shipped): schemas compiled, passing, invalid instances "
+        "accepted and the mask's time per token, on the model's vocabulary",
+    )
     args = ap.parse_args(argv)
     from llama_ffi import registry
 
@@ -559,6 +565,11 @@ def main(argv: list[str] | None = None) -> int:
         cli = bench_bin.with_name("llama-mtmd-cli") if bench_bin else None
         cli = cli if cli and cli.is_file() else None
         print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
+    if args.maskbench:
+        from bench import maskbench
+
+        print(maskbench.table(maskbench.run(args.model, args.maskbench)))
+        return 0
     if args.soak:
         from bench import soak
 

@@ -39,7 +39,7 @@ def test_errors_are_value_errors_naming_the_file(corpus):
     for name, o in outcomes.items():
         if o.kind == "error":
             kind, _, message = o.detail.partition(" ")
-            assert kind in ("ValueError", "FileNotFoundError"), (name, o.detail)
+            assert kind in ("RequestValueError", "ValueError", "FileNotFoundError"), (name, o.detail)
             assert str(files[name]) in message, (name, o.detail)
 
 
