@@ -14,7 +14,7 @@ from test_json_schema import corpus
 
 from llama_ffi import ffi, lib
 from llama_ffi.high import Llama, LlamaGrammar
-from llama_ffi.high.constraints import ConstraintError
+from llama_ffi.high.constraints import ConstraintError, json_schema_grammar
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +32,12 @@ def corpus_schemas(tree):
 
 
 def test_llama_cpp_s_schema_cases_compile(tree):
-    """Every case llama.cpp converts compiles here too, but for the few llguidance refuses by name
+    """Every case llama.cpp converts compiles on llguidance too, but for the few it refuses by name
     (object-valued prefixItems, a look-around pattern); every case llama.cpp refuses is refused."""
     compiled, refused = [], {}
     for status, name, schema in corpus_schemas(tree):
         try:
-            LlamaGrammar.from_json_schema(schema)
+            json_schema_grammar(schema)
         except ConstraintError as error:
             assert str(error), name
             refused[name] = str(error)

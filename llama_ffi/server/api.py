@@ -62,11 +62,15 @@ def create_app(
     app.add_middleware(Cors, origins=options.cors_origins)  # before the key: a preflight needs none
     if options.api_prefix:
         app.add_middleware(Prefix, prefix=options.api_prefix)
-    for api in (openai, native, anthropic, responses):
-        app.include_router(api.router)
+    routers = [api.router for api in (openai, native, anthropic, responses)]
+    for router in routers:
+        app.include_router(router)
     agent.add_routes(app)
     if vertex.enabled():  # last: its @requestFormat names every route above
-        vertex.add_routes(app, options.api_prefix)
+        from llama_ffi.server.agent import routes as agent_routes
+
+        named = [*routers, agent_routes.router]
+        vertex.add_routes(app, options.api_prefix, [route for router in named for route in router.routes])
     return app
 
 

@@ -29,10 +29,12 @@ class Sleeper:
         self.asleep: dict[str, tuple[int, list, bytes]] | None = None  # path -> the answer it gave
         self.lock: asyncio.Lock | None = None
         self.watcher: asyncio.Task | None = None
+        self.outer = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        self.outer = scope.get("app", self.outer)  # the app the routes read their state from
         if self.lock is None:
             self.lock = asyncio.Lock()
             self.watcher = asyncio.ensure_future(self._watch())
@@ -60,7 +62,7 @@ class Sleeper:
                         await self._sleep()
 
     async def _sleep(self) -> None:
-        answers = {path: await _call(self.app, path) for path in REMEMBERED}
+        answers = {path: await _call(self.app, path, self.outer) for path in REMEMBERED}
         self.asleep = answers
         await run_in_threadpool(self.served.metrics.retire, self.served.llm)
         llm, self.served.llm = self.served.llm, None
@@ -79,8 +81,9 @@ class Sleeper:
         self.asleep = None
 
 
-async def _call(app: ASGIApp, path: str) -> tuple[int, list, bytes]:
-    """``GET path`` of ``app``, in this process: its status, headers and body."""
+async def _call(app: ASGIApp, path: str, outer) -> tuple[int, list, bytes]:
+    """``GET path`` of ``app``, in this process: its status, headers and body. ``outer``: the
+    FastAPI app (the routes read its state, as a request that came through it does)."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -94,6 +97,7 @@ async def _call(app: ASGIApp, path: str) -> tuple[int, list, bytes]:
         "headers": [],
         "client": ("127.0.0.1", 0),
         "server": ("127.0.0.1", 0),
+        "app": outer,
     }
     out: dict = {"status": 500, "headers": [], "body": b""}
 

@@ -50,9 +50,11 @@ def _error(status: int, message: str) -> dict:
     return {"error": {"code": status, "message": message, "type": TYPES.get(status, "server_error")}}
 
 
-def add_routes(app: FastAPI, prefix: str = "") -> None:
-    """The predict (and health) routes, over the routes ``app`` has now (call it last)."""
-    paths = [r.path for r in app.routes if isinstance(r, Route) and "POST" in (r.methods or ())]
+def add_routes(app: FastAPI, prefix: str = "", routes=None) -> None:
+    """The predict (and health) routes, over ``routes`` (default: those ``app`` has now; an app made
+    of included routers passes theirs: FastAPI keeps an included router whole)."""
+    routes = list(app.routes if routes is None else routes)
+    paths = [r.path for r in routes if isinstance(r, Route) and "POST" in (r.methods or ())]
     aliases: dict[str, str] = {}
     for path in paths:
         aliases.setdefault(camel_name(path), path)  # the first registration wins, as there
@@ -62,7 +64,7 @@ def add_routes(app: FastAPI, prefix: str = "") -> None:
     if predict_route in paths:
         raise ValueError(f"AIP_PREDICT_ROUTE={predict_route} is one of this server's own routes")
     if health_route:
-        health = next(r.endpoint for r in app.routes if isinstance(r, Route) and r.path == "/health")
+        health = next(r.endpoint for r in routes if isinstance(r, Route) and r.path == "/health")
         app.add_api_route(health_route, health, methods=["GET"])
 
     async def forward(request: Request, instance) -> object:

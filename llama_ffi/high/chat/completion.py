@@ -30,6 +30,20 @@ from llama_ffi.high.request import GenerationRequest, from_keywords
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
 
 
+# Any JSON value at the top is an object (OpenAI's json_object mode); numbers and whitespace are
+# bounded so a model cannot loop on them.
+JSON_OBJECT_GBNF = r"""
+root    ::= object
+value   ::= object | array | string | number | "true" | "false" | "null"
+object  ::= "{" sp ( member ( "," sp member )* )? sp "}"
+member  ::= string sp ":" sp value
+array   ::= "[" sp ( value ( "," sp value )* )? sp "]"
+string  ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number  ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
+sp      ::= [ \t\n]{0,8}
+"""
+
+
 def model_template(llm, name: str | None) -> ChatTemplate | None:
     """The model's chat template (``name``: one of its named ones), or the Llama's replacement."""
     vocab = llm.loaded_model.vocab_ptr
@@ -128,8 +142,9 @@ def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
         if not isinstance(spec, dict) or "schema" not in spec:
             raise RequestValueError("response_format of type json_schema needs {'json_schema': {'schema': {...}}}")
         schema = spec["schema"]
-    # OpenAI's json_object mode: any JSON object
-    return LlamaGrammar.from_json_schema({"type": "object"} if schema is None else schema, verbose=False)
+    if schema is None:  # OpenAI's json_object mode: any JSON object
+        return LlamaGrammar.from_string(JSON_OBJECT_GBNF, verbose=False)
+    return LlamaGrammar.from_json_schema(schema, verbose=False)
 
 
 MEDIA_MARKER = "<__media__>"  # mtmd's default, for messages checked without an mmproj

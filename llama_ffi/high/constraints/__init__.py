@@ -10,6 +10,7 @@ from llama_ffi.high.constraints.grammars import (
     choice_grammar,
     json_schema_grammar,
     lark_grammar,
+    parsed_schema,
     regex_grammar,
 )
 from llama_ffi.high.constraints.sampler import new_sampler
@@ -20,5 +21,6 @@ __all__ = [
     "json_schema_grammar",
     "lark_grammar",
     "new_sampler",
+    "parsed_schema",
     "regex_grammar",
 ]

@@ -12,9 +12,9 @@ import llguidance
 
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
-# Canonical one-line JSON (``{"a": 1, "b": [2, 3]}``): no free whitespace between tokens, so a model
-# cannot loop on it, and the output reads as Python's json.dumps writes it.
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# Whitespace between JSON tokens as models write it (compact, one line, or pretty-printed), but at
+# most 24 characters at a time: a model cannot loop on it (as llama.cpp's converter bounds it).
+JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{1,24}"}
 
 
 class ConstraintError(RequestValueError):
@@ -29,8 +29,8 @@ def checked(grammar: str, what: str) -> str:
     return grammar
 
 
-def json_schema_grammar(schema: dict | bool | str) -> str:
-    """A JSON Schema (a dict, ``true``, or its JSON text)."""
+def parsed_schema(schema: dict | bool | str) -> dict:
+    """A JSON Schema as a dict: a dict, ``true`` (anything), or its JSON text."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -38,8 +38,12 @@ def json_schema_grammar(schema: dict | bool | str) -> str:
             raise ConstraintError(f"the JSON schema is not valid JSON: {error}") from None
     if not isinstance(schema, (dict, bool)):
         raise RequestTypeError(f"a JSON schema must be an object (or true), got {type(schema).__name__}")
-    if schema is True:
-        schema = {}
+    return {} if schema is True else schema
+
+
+def json_schema_grammar(schema: dict | bool | str) -> str:
+    """A JSON Schema (a dict, ``true``, or its JSON text)."""
+    schema = parsed_schema(schema)
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
     except ValueError as error:
