@@ -10,7 +10,7 @@ import re
 import jsonschema
 import numpy as np
 import pytest
-from test_json_schema import corpus
+from test_json_schema import assert_validates, corpus
 
 from llama_ffi import ffi, lib
 from llama_ffi.high import Llama, LlamaGrammar
@@ -60,15 +60,7 @@ def test_llama_cpp_s_schema_cases_generate_valid_json(tree, llm):
         if choice["finish_reason"] != "stop":
             cut.append(name)
             continue
-        validator = jsonschema.validators.validator_for(schema)
-        try:
-            validator.check_schema(schema)
-        except jsonschema.SchemaError:  # tuple-form "items": draft 7's spelling
-            validator = jsonschema.Draft7Validator
-        try:
-            jsonschema.validate(json.loads(choice["text"]), schema, cls=validator)
-        except (json.JSONDecodeError, jsonschema.ValidationError) as error:
-            pytest.fail(f"{name}: {choice['text']!r} does not validate: {error}")
+        assert_validates(name, choice["text"], schema)
         stopped.append(name)
     assert len(stopped) >= 40, (len(stopped), cut)
 

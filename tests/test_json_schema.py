@@ -30,6 +30,19 @@ def corpus(tree) -> list[tuple[str, str, str]]:
     return case.findall(text)
 
 
+def assert_validates(name: str, text: str, schema: dict) -> None:
+    """``text`` is JSON that validates against ``schema`` (jsonschema is the oracle)."""
+    validator = jsonschema.validators.validator_for(schema)
+    try:
+        validator.check_schema(schema)
+    except jsonschema.SchemaError:  # tuple-form "items": draft 7's spelling, which the converter reads
+        validator = jsonschema.Draft7Validator
+    try:
+        jsonschema.validate(json.loads(text), schema, cls=validator)
+    except (json.JSONDecodeError, jsonschema.ValidationError) as error:
+        pytest.fail(f"{name}: {text!r} does not validate: {error}")
+
+
 def test_corpus_converts_or_is_refused_by_name(tree):
     cases = corpus(tree)
     assert len(cases) > 60
@@ -75,15 +88,7 @@ def test_corpus_grammars_generate_output_that_validates(tree, llm):
         if choice["finish_reason"] != "stop":
             cut.append(name)
             continue
-        validator = jsonschema.validators.validator_for(schema)
-        try:
-            validator.check_schema(schema)
-        except jsonschema.SchemaError:  # tuple-form "items": draft 7's spelling, which the converter reads
-            validator = jsonschema.Draft7Validator
-        try:
-            jsonschema.validate(json.loads(choice["text"]), schema, cls=validator)
-        except (json.JSONDecodeError, jsonschema.ValidationError) as e:
-            pytest.fail(f"{name}: {choice['text']!r} does not validate: {e}")
+        assert_validates(name, choice["text"], schema)
         stopped.append(name)
     assert len(stopped) >= 25, (len(stopped), cut)
 
