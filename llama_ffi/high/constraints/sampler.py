@@ -13,6 +13,7 @@ import numpy as np
 
 from llama_ffi import ffi, lib
 from llama_ffi.high.constraints import tokenizer as vocab_tokenizer
+from llama_ffi.high.constraints.grammars import ConstraintError
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 _NAME = ffi.new("char[]", b"llguidance")
@@ -53,7 +54,7 @@ def new_sampler(grammar: str, vocab):
     tokenizer = vocab_tokenizer.for_vocab(vocab)
     matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
     if matcher.is_error():
-        raise ValueError(f"the constraint cannot be enforced: {matcher.get_error()}")
+        raise ConstraintError(f"the constraint cannot be enforced on this vocabulary: {matcher.get_error()}")
     eog = vocab_tokenizer.end_of_generation(vocab)
     return _make(MatcherState(matcher, lib.llama_vocab_n_tokens(vocab), eog))
 
