@@ -2,7 +2,13 @@
 through llama-ffi's constraint front door on a model's own vocabulary: how many schemas compile,
 how many pass (every valid instance accepted and every invalid one rejected, token by token), how
 many let an invalid instance through, and the time of one token's mask. The data set is not
-shipped: ``python -m bench --maskbench DIR`` reads it from where you put it."""
+shipped: ``python -m bench --maskbench DIR`` reads it from where you put it (a sample is, under
+``tests/data/maskbench``).
+
+llguidance writes an object's properties in the order the schema lists them (its documented
+departure from JSON Schema, which lets a model write them in any order); a valid instance written
+in another order is rejected for that alone. ``passing in schema order`` counts a schema passing
+when its valid instances, rewritten in the schema's property order, are accepted."""
 
 from __future__ import annotations
 
@@ -14,8 +20,10 @@ import llguidance
 import numpy as np
 
 from llama_ffi.high import Llama
-from llama_ffi.high.constraints import ConstraintError, json_schema_grammar
+from llama_ffi.high.constraints import ConstraintError, json_schema_grammar, parsed_schema, rewrite
 from llama_ffi.high.constraints import tokenizer as vocab_tokenizer
+from llama_ffi.high.constraints.grammars import compiled_schema
+from llama_ffi.high.constraints.property_order import in_schema_order
 
 
 def instance_accepted(matcher: llguidance.LLMatcher, tokens: list[int], eog: int, mask, times: list[float]) -> bool:
@@ -29,19 +37,33 @@ def instance_accepted(matcher: llguidance.LLMatcher, tokens: list[int], eog: int
     return matcher.is_accepting() or matcher.consume_token(eog)
 
 
-def run(model: str, directory: str | Path, limit: int | None = None) -> dict:
-    files = sorted(Path(directory).glob("*.json"))[:limit]
+def cases(source: str | Path) -> list[dict]:
+    """MaskBench's cases: a directory of its ``*.json`` files, or a JSON-lines sample of them."""
+    source = Path(source)
+    if source.is_file():
+        return [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    found = []
+    for path in sorted(source.glob("*.json")):
+        try:
+            found.append({"name": path.name, **json.loads(path.read_text())})
+        except ValueError:
+            continue  # one file of the set is not JSON
+    return found
+
+
+def run(model: str, source: str | Path, limit: int | None = None) -> dict:
+    files = cases(source)[:limit]
     with Llama(model, vocab_only=True, progress=False) as llm:
         vocab = llm.loaded_model.vocab_ptr
         tokenizer = vocab_tokenizer.for_vocab(vocab)
         eog = llm.token_eos()
         mask = np.zeros((llm.n_vocab + 31) // 32, dtype=np.uint32)
-        compiled = passing = lets_invalid_through = with_tests = 0
+        compiled = passing = in_order = lets_invalid_through = with_tests = 0
         refusals: dict[str, int] = {}
+        rewrites: dict[str, int] = {}
         times: list[float] = []
         first_mask: list[float] = []
-        for path in files:
-            data = json.loads(path.read_text())
+        for data in files:
             tests = data.get("tests") or []
             with_tests += bool(tests)
             try:
@@ -50,6 +72,8 @@ def run(model: str, directory: str | Path, limit: int | None = None) -> dict:
                 matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
                 matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
                 first_mask.append(time.perf_counter() - started)
+                for used in rewritten_for(data["schema"]):
+                    rewrites[used] = rewrites.get(used, 0) + 1
             except (ConstraintError, ValueError, TypeError) as error:
                 reason = str(error).split(":")[-1].strip()[:60]
                 refusals[reason] = refusals.get(reason, 0) + 1
@@ -57,14 +81,20 @@ def run(model: str, directory: str | Path, limit: int | None = None) -> dict:
             compiled += 1
             if not tests:
                 continue
-            right = True
+            right = ordered_right = True
             for test in tests:
                 matcher.reset()
                 text = json.dumps(test["data"], ensure_ascii=False)
                 accepted = instance_accepted(matcher, llm.tokenize(text, add_bos=False), eog, mask, times)
                 right &= accepted == test["valid"]
                 lets_invalid_through += accepted and not test["valid"]
+                if test["valid"] and not accepted:
+                    matcher.reset()
+                    text = json.dumps(in_schema_order(test["data"], data["schema"]), ensure_ascii=False)
+                    accepted = instance_accepted(matcher, llm.tokenize(text, add_bos=False), eog, mask, times)
+                ordered_right &= accepted == test["valid"]
             passing += right
+            in_order += ordered_right
     ms = np.asarray(times) * 1e3 if times else np.zeros(1)
     first = np.asarray(first_mask) * 1e3 if first_mask else np.zeros(1)
     return {
@@ -72,6 +102,8 @@ def run(model: str, directory: str | Path, limit: int | None = None) -> dict:
         "with_tests": with_tests,
         "compiled": compiled,
         "passing": passing,
+        "passing_in_order": in_order,
+        "rewrites": dict(sorted(rewrites.items(), key=lambda kv: -kv[1])),
         "invalid_accepted": lets_invalid_through,
         "mask_p50_ms": float(np.percentile(ms, 50)),
         "mask_p99_ms": float(np.percentile(ms, 99)),
@@ -80,15 +112,62 @@ def run(model: str, directory: str | Path, limit: int | None = None) -> dict:
     }
 
 
+def rewritten_for(schema) -> set[str]:
+    """The rewrites a schema needed to compile (none if llguidance took it as it is)."""
+    schema = parsed_schema(schema)
+    try:
+        compiled_schema(schema)
+    except ConstraintError:
+        return rewrite.rewritten(schema)[1]
+    return set()
+
+
 def table(result: dict) -> str:
     r = result
+    share = 100 / max(r["with_tests"], 1)
     lines = [
-        "| schemas | compile | passing (of those with tests) | invalid accepted | mask p50 / p99 | first mask p50 |",
-        "|---|---|---|---|---|---|",
+        "| schemas | compile | passing (of those with tests) | passing in schema order | invalid accepted "
+        "| mask p50 / p99 | first mask p50 |",
+        "|---|---|---|---|---|---|---|",
         f"| {r['schemas']} | {r['compiled']} ({100 * r['compiled'] / max(r['schemas'], 1):.1f} %) "
-        f"| {r['passing']} of {r['with_tests']} | {r['invalid_accepted']} "
+        f"| {r['passing']} of {r['with_tests']} ({r['passing'] * share:.1f} %) "
+        f"| {r['passing_in_order']} ({r['passing_in_order'] * share:.1f} %) | {r['invalid_accepted']} "
         f"| {r['mask_p50_ms'] * 1e3:.0f} µs / {r['mask_p99_ms'] * 1e3:.0f} µs | {r['first_mask_p50_ms']:.1f} ms |",
+        "",
+        "Schemas compiled through a rewrite, by rewrite: " + "; ".join(f"{k} ({v})" for k, v in r["rewrites"].items()),
         "",
         "Refusals, most frequent first: " + "; ".join(f"{k} ({v})" for k, v in r["refusals"].items()),
     ]
     return "\n".join(lines)
+
+
+def write_sample(source: str | Path, out: str | Path, size: int = 240, max_chars: int = 2500) -> int:
+    """A fixed sample for the tests, of small schemas with instances: half taken by llguidance as
+    they are, a tenth still refused, the rest through the rewrites (each set of rewrites in turn)."""
+    small = [c for c in cases(source) if c.get("tests") and len(json.dumps([c["schema"], c["tests"]])) <= max_chars]
+    kinds: dict[str, list[dict]] = {}
+    for case in small:
+        try:
+            json_schema_grammar(case["schema"])
+        except (ConstraintError, ValueError, TypeError):
+            kinds.setdefault("refused", []).append(case)
+            continue
+        used = rewritten_for(case["schema"])
+        kinds.setdefault(" + ".join(sorted(used)) if used else "as is", []).append(case)
+
+    def spread(pool: list[dict], count: int) -> list[dict]:
+        return pool[:: max(1, len(pool) // max(count, 1))][:count]
+
+    chosen = spread(kinds.pop("as is"), size // 2) + spread(kinds.pop("refused"), size // 10)
+    rewritten = [spread(pool, len(pool)) for pool in kinds.values()]
+    while len(chosen) < size and any(rewritten):
+        chosen += [pool.pop(0) for pool in rewritten if pool][: size - len(chosen)]
+    lines = [json.dumps({k: c[k] for k in ("name", "schema", "tests")}, ensure_ascii=False) for c in chosen]
+    Path(out).write_text("\n".join(sorted(lines)) + "\n", encoding="utf-8")
+    return len(chosen)
+
+
+if __name__ == "__main__":  # python -m bench.maskbench DATA_DIR OUT.jsonl: remake the tests' sample
+    import sys
+
+    print(write_sample(sys.argv[1], sys.argv[2]), "cases")

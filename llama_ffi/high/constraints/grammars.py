@@ -5,11 +5,14 @@ constraint silently dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from collections.abc import Sequence
 
 import llguidance
 
+from llama_ffi.high.constraints import rewrite
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 # Whitespace between JSON tokens as models write it (compact, one line, or pretty-printed), but at
@@ -42,13 +45,39 @@ def parsed_schema(schema: dict | bool | str) -> dict:
 
 
 def json_schema_grammar(schema: dict | bool | str) -> str:
-    """A JSON Schema (a dict, ``true``, or its JSON text)."""
+    """A JSON Schema (a dict, ``true``, or its JSON text). What llguidance refuses is rewritten
+    into an equivalent schema where an exact rewrite is known (``rewrite``); else the refusal
+    stands, naming the keyword and where it is."""
     schema = parsed_schema(schema)
+    try:
+        return compiled_schema(schema)
+    except ConstraintError as refused:
+        equivalent, used = rewrite.rewritten(schema)
+        if used:
+            with contextlib.suppress(ConstraintError):
+                return compiled_schema(equivalent)
+        raise ConstraintError(f"{refused}{located(schema, str(refused))}") from None
+
+
+def compiled_schema(schema: dict) -> str:
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
     except ValueError as error:
         raise ConstraintError(f"the JSON schema cannot be enforced: {error}") from None
     return checked(grammar, "the JSON schema")
+
+
+def located(schema: dict, message: str) -> str:
+    """ " (at #/path)" for the first schema holding the keyword or format a refusal names."""
+    _, _, keys = message.partition("Unimplemented keys:")
+    named = re.findall(r'"([^"]+)"', keys)
+    if "oneOf constraints" in message:
+        named = ["oneOf"]
+    fmt = re.search(r"Unknown format: (\S+)", message)
+    for path, node in rewrite.schemas(schema):
+        if any(key in node for key in named) or (fmt and node.get("format") == fmt.group(1)):
+            return f" (at {path})"
+    return ""
 
 
 def regex_grammar(pattern: str) -> str:
