@@ -151,3 +151,58 @@ int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_voca
     }
     return n;
 }
+/* The llguidance sampler's apply (high/constraints/sampler.py): every candidate whose token the
+   bitmask refuses (one bit per token, llguidance's layout; a token past its end is refused) gets
+   -INFINITY. In C because it runs on every token over the whole vocabulary. Returns how many
+   candidates stay allowed. */
+#include <math.h>
+int32_t llama_ffi_mask_candidates(llama_token_data_array * cur_p, const uint32_t * mask, size_t n_words) {
+    int32_t allowed = 0;
+    for (size_t i = 0; i < cur_p->size; ++i) {
+        llama_token id = cur_p->data[i].id;
+        if (id >= 0 && (size_t)(id >> 5) < n_words && ((mask[id >> 5] >> (id & 31)) & 1u)) {
+            allowed++;
+        } else {
+            cur_p->data[i].logit = -INFINITY;
+        }
+    }
+    return allowed;
+}
+/* Sampling under a constraint in llama.cpp's order (its common_sampler): the chain picks a token
+   from the whole vocabulary as if unconstrained; only that token is put to the constraint (a
+   one-candidate array, which the llguidance sampler checks without building its mask); where it
+   is refused, the candidates are built again, the constraint masks them first and the chain
+   picks among what is left. The token is accepted by both. `buf` holds n_vocab candidates.
+   Returns -1 where llama.cpp has no logits at `idx` or the chain selects nothing. */
+static void llama_ffi_fill(llama_token_data * buf, const float * logits, int32_t n_vocab) {
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        buf[i].id = i;
+        buf[i].logit = logits[i];
+        buf[i].p = 0.0f;
+    }
+}
+llama_token llama_ffi_sample_constrained(struct llama_sampler * chain, struct llama_sampler * constraint,
+                                         struct llama_context * ctx, int32_t idx, llama_token_data * buf,
+                                         int32_t n_vocab) {
+    const float * logits = llama_get_logits_ith(ctx, idx);
+    if (logits == NULL) return -1;
+    llama_ffi_fill(buf, logits, n_vocab);
+    llama_token_data_array cur = { buf, (size_t)n_vocab, -1, false };
+    llama_sampler_apply(chain, &cur);
+    if (cur.selected < 0 || cur.selected >= (int64_t)cur.size) return -1;
+    llama_token token = cur.data[cur.selected].id;
+    llama_token_data single = { token, 1.0f, 0.0f };
+    llama_token_data_array one = { &single, 1, -1, false };
+    llama_sampler_apply(constraint, &one);
+    if (isinf(single.logit)) {
+        llama_ffi_fill(buf, logits, n_vocab);
+        cur = (llama_token_data_array){ buf, (size_t)n_vocab, -1, false };
+        llama_sampler_apply(constraint, &cur);
+        llama_sampler_apply(chain, &cur);
+        if (cur.selected < 0 || cur.selected >= (int64_t)cur.size) return -1;
+        token = cur.data[cur.selected].id;
+    }
+    llama_sampler_accept(constraint, token);
+    llama_sampler_accept(chain, token);
+    return token;
+}

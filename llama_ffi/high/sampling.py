@@ -189,8 +189,15 @@ class SamplerChain:
         cp.no_perf = True
         self._ptr = lib.llama_sampler_chain_init(cp)
         self.names: list[str] = []
+        # The constraint stays out of the chain: it checks the chain's choice first, and masks the
+        # vocabulary only when that choice is refused (llama.cpp's order; sample()).
+        self._constraint = ffi.NULL
+        self._candidates = ffi.NULL
         if grammar is not None:
-            self._add(grammar.sampler(vocab), "grammar")
+            self._constraint = grammar.sampler(vocab)
+            if self._constraint == ffi.NULL:
+                raise RequestValueError("llama.cpp refused the grammar sampler")
+            self._candidates = ffi.new("llama_token_data[]", n_vocab)
         self._add(logit_bias(params, vocab, n_vocab, self._keep), "logit_bias")
         for fn in chain_for(params):
             self._add(fn(params, vocab, n_vocab, self._keep), getattr(fn, "__name__", "select"))
@@ -231,9 +238,18 @@ class SamplerChain:
         if self._greedy_bias is not None:
             ids, biases, n = self._greedy_bias
             return lib.llama_ffi_argmax(ctx, idx, self._n_vocab, ids, biases, n)
+        if self._constraint != ffi.NULL:
+            token = lib.llama_ffi_sample_constrained(
+                self.ptr, self._constraint, ctx, idx, self._candidates, self._n_vocab
+            )
+            if token < 0:
+                raise RuntimeError(f"no token could be sampled from output {idx}")
+            return token
         return lib.llama_sampler_sample(self.ptr, ctx, idx)
 
     def accept(self, token: int) -> None:
+        if self._constraint != ffi.NULL:
+            lib.llama_sampler_accept(self._constraint, token)
         lib.llama_sampler_accept(self.ptr, token)
 
     def accept_prompt(self, tokens) -> None:
@@ -249,13 +265,18 @@ class SamplerChain:
                 accept(smpl, token)
 
     def reset(self) -> None:
+        if self._constraint != ffi.NULL:
+            lib.llama_sampler_reset(self._constraint)
         lib.llama_sampler_reset(self.ptr)
 
     def close(self) -> None:
         ptr, self._ptr = self._ptr, ffi.NULL
+        constraint, self._constraint = getattr(self, "_constraint", ffi.NULL), ffi.NULL
         if ptr != ffi.NULL:
             lib.llama_sampler_free(ptr)
+        if constraint != ffi.NULL:
+            lib.llama_sampler_free(constraint)
 
     def __del__(self) -> None:
-        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL:
+        if getattr(self, "_ptr", ffi.NULL) != ffi.NULL or getattr(self, "_constraint", ffi.NULL) != ffi.NULL:
             self.close()

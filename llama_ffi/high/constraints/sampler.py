@@ -1,7 +1,8 @@
 """llguidance inside llama.cpp's sampler chain: a ``llama_sampler`` whose interface (``name``,
 ``apply``, ``accept``, ``reset``, ``clone``, ``free``) is implemented by cffi callbacks
 (``extern "Python"``, compiled into the module). ``apply`` computes the matcher's token bitmask
-(llguidance drops the GIL meanwhile) and sets every refused candidate's logit to -inf; ``accept``
+(llguidance drops the GIL meanwhile) and sets every refused candidate's logit to -inf (in C:
+``llama_ffi_mask_candidates``); ``accept``
 advances the matcher; a matcher that fails (a token the mask did not allow, forced by the caller)
 allows only the end of generation from then on. Each sampler keeps its state behind a cffi handle,
 held until llama.cpp frees the sampler (its chain's owner frees the chain)."""
@@ -34,15 +35,25 @@ class MatcherState:
         self.matcher = matcher
         self.mask = np.zeros((n_vocab + 31) // 32, dtype=np.uint32)
         self.eog = np.asarray(eog, dtype=np.int64)
+        self._address = self.mask.ctypes.data
+        self._words = ffi.cast("const uint32_t *", self._address)
 
-    def allowed(self, ids: np.ndarray) -> np.ndarray:
-        """Which of the candidate ``ids`` the grammar allows next."""
-        if self.matcher.is_error():
-            return np.isin(ids, self.eog)
-        self.matcher.unsafe_compute_mask_ptr(self.mask.ctypes.data, self.mask.nbytes)
-        inside = ids < self.mask.size * 32
-        words = self.mask[np.where(inside, ids >> 5, 0)]
-        return inside & (((words >> (ids & 31).astype(np.uint32)) & 1) == 1)
+    def apply(self, cur_p) -> None:
+        """Refuse (logit -inf) every candidate the grammar does not allow next. One candidate (the
+        token a chain chose, put to the constraint first) is checked without building the mask."""
+        if cur_p.size == 1:
+            token = cur_p.data[0].id
+            allowed = token in self.eog if self.matcher.is_error() else self.matcher.validate_tokens([token]) == 1
+            if not allowed:
+                cur_p.data[0].logit = -np.inf
+            return
+        if self.matcher.is_error():  # only the end of generation
+            n = cur_p.size
+            candidates = np.frombuffer(ffi.buffer(cur_p.data, n * TOKEN_DATA.itemsize), dtype=TOKEN_DATA)
+            candidates["logit"][~np.isin(candidates["id"], self.eog)] = -np.inf
+            return
+        self.matcher.unsafe_compute_mask_ptr(self._address, self.mask.nbytes)
+        lib.llama_ffi_mask_candidates(cur_p, self._words, self.mask.size)
 
     def copy(self) -> MatcherState:
         return MatcherState(self.matcher.deep_copy(), self.mask.size * 32, list(self.eog))
@@ -76,10 +87,7 @@ def llama_ffi_llg_name(smpl):
 
 @ffi.def_extern()
 def llama_ffi_llg_apply(smpl, cur_p):
-    n = cur_p.size
-    candidates = np.frombuffer(ffi.buffer(cur_p.data, n * TOKEN_DATA.itemsize), dtype=TOKEN_DATA)
-    allowed = _state(smpl).allowed(candidates["id"].astype(np.int64))
-    candidates["logit"][~allowed] = -np.inf
+    _state(smpl).apply(cur_p)
 
 
 @ffi.def_extern()
