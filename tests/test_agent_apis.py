@@ -357,3 +357,88 @@ def test_bad_bodies_get_the_apis_own_4xx(server, path, body):
             assert error["type"] == "error" and set(error["error"]) == {"type", "message"}
         else:
             assert set(error["error"]) == {"message", "type", "param", "code"}
+
+
+# ---- structured outputs on every API ----------------------------------------------------------------
+SHAPED = {  # what the old converter refused: a pattern, bounds, $schema, default
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "pattern": "^[A-Z][a-z]{1,11}$"},
+        "days": {"type": "integer", "exclusiveMinimum": 0, "maximum": 7, "default": 1},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+UNENFORCEABLE = {"type": "object", "properties": {"link": {"type": "string", "format": "iri-reference"}}}
+ASKED = "Weather in Paris for 3 days?"
+
+
+def forced(api: str, schema: dict, strict: bool | None = None) -> tuple[str, dict]:
+    """(path, body) forcing one call of ``get_weather`` with ``schema`` on ``api``."""
+    extra = {} if strict is None else {"strict": strict}
+    if api == "chat":
+        tool = {"type": "function", "function": {"name": "get_weather", "parameters": schema, **extra}}
+        return "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": ASKED}],
+            "tools": [tool],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "max_tokens": 64,
+        }
+    if api == "messages":
+        tool = {"name": "get_weather", "input_schema": schema, **extra}
+        return "/v1/messages", {
+            "messages": [{"role": "user", "content": ASKED}],
+            "tools": [tool],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+            "max_tokens": 64,
+        }
+    tool = {"type": "function", "name": "get_weather", "parameters": schema, **extra}
+    return "/v1/responses", {
+        "input": ASKED,
+        "tools": [tool],
+        "tool_choice": "required",
+        "max_output_tokens": 64,
+        "parallel_tool_calls": False,
+    }
+
+
+def arguments(api: str, answer: dict) -> dict:
+    if api == "chat":
+        (call,) = answer["choices"][0]["message"]["tool_calls"]
+        return json.loads(call["function"]["arguments"])
+    if api == "messages":
+        (use,) = [b for b in answer["content"] if b["type"] == "tool_use"]
+        return use["input"]
+    (call,) = [item for item in answer["output"] if item["type"] == "function_call"]
+    return json.loads(call["arguments"])
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_forced_calls_follow_their_schema_and_strict_refusals_name_the_function(server, api):
+    import jsonschema
+
+    for seed in range(2):
+        path, body = forced(api, SHAPED)
+        answer = httpx.post(server.url + path, json={**body, "temperature": 1.0, "seed": seed}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        jsonschema.validate(arguments(api, answer.json()), SHAPED)
+    path, body = forced(api, UNENFORCEABLE, strict=True)
+    body["tool_choice"] = {"type": "auto"} if api == "messages" else "auto"
+    refused = httpx.post(server.url + path, json=body, timeout=60)
+    assert refused.status_code == 400 and "get_weather" in refused.text and "iri-reference" in refused.text
+
+
+def test_responses_text_format_json_schema(server):
+    import jsonschema
+
+    body = {
+        "input": ASKED,
+        "text": {"format": {"type": "json_schema", "name": "w", "schema": SHAPED, "strict": True}},
+        "max_output_tokens": 64,
+        "temperature": 0,
+    }
+    answer = httpx.post(server.url + "/v1/responses", json=body, timeout=120).json()
+    text = next(c["text"] for item in answer["output"] if item["type"] == "message" for c in item["content"])
+    jsonschema.validate(json.loads(text), SHAPED)

@@ -155,6 +155,10 @@ def test_the_sampler_keeps_llama_cpp_s_contract(llm):
         assert allowed(twin) == allowed(smpl)
         lib.llama_sampler_reset(smpl)
         assert allowed(smpl) == first
+        lib.llama_sampler_accept(smpl, llm.tokenize(" maybe", add_bos=False)[0])  # forced past the mask
+        assert allowed(smpl) <= set(llm.tokenizer.end_of_generation())
+        lib.llama_sampler_reset(smpl)  # a failed matcher starts again too
+        assert allowed(smpl) == first
         lib.llama_sampler_free(twin)
     finally:
         lib.llama_sampler_free(smpl)

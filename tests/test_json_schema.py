@@ -1,6 +1,6 @@
-"""JSON Schema → GBNF (the converter the forced tool-call grammars still use): grammars llama.cpp
-accepts, output that validates, clear refusals. Response formats and ``LlamaGrammar.from_json_schema``
-go through llguidance (tests/test_constraints.py)."""
+"""JSON Schema replies: what chat's ``response_format`` generates validates (``jsonschema`` is the
+oracle), over random schemas and OpenAI's form; llama.cpp's converter corpus, read from the pinned
+tree, is shared with tests/test_constraints.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_ffi.high import Llama, LlamaGrammar
-from llama_ffi.high.chat.json_schema import UnsupportedSchemaError, schema_to_gbnf
 
 
 @pytest.fixture(scope="module")
@@ -35,62 +34,12 @@ def assert_validates(name: str, text: str, schema: dict) -> None:
     validator = jsonschema.validators.validator_for(schema)
     try:
         validator.check_schema(schema)
-    except jsonschema.SchemaError:  # tuple-form "items": draft 7's spelling, which the converter reads
+    except jsonschema.SchemaError:  # tuple-form "items": draft 7's spelling, which llama.cpp reads
         validator = jsonschema.Draft7Validator
     try:
         jsonschema.validate(json.loads(text), schema, cls=validator)
     except (json.JSONDecodeError, jsonschema.ValidationError) as error:
         pytest.fail(f"{name}: {text!r} does not validate: {error}")
-
-
-def test_corpus_converts_or_is_refused_by_name(tree):
-    cases = corpus(tree)
-    assert len(cases) > 60
-    converted, refused = [], []
-    for status, name, text in cases:
-        try:
-            schema = json.loads(text)
-        except json.JSONDecodeError:
-            continue  # some cases test the C++ parser on invalid JSON
-        try:
-            grammar = schema_to_gbnf(schema)
-        except UnsupportedSchemaError as e:
-            assert str(e), name
-            refused.append(name)
-            continue
-        if status == "FAILURE":
-            pytest.fail(f"{name}: llama.cpp refuses this schema, we converted it")
-        LlamaGrammar.from_string(grammar)  # llama.cpp's GBNF parser accepts what we emit
-        converted.append(name)
-    assert len(converted) >= 30, (len(converted), refused)  # 36 at this pin; the rest use minimum,
-    # maximum, pattern, allOf, ... which we refuse by name
-
-
-def test_corpus_grammars_generate_output_that_validates(tree, llm):
-    """Each converted corpus schema, run: the model writes under its grammar, and every reply that
-    ends by itself validates against the schema (jsonschema is the oracle)."""
-    stopped, cut = [], []
-    for _, name, text in corpus(tree):
-        try:
-            schema = json.loads(text)
-            grammar = LlamaGrammar.from_string(schema_to_gbnf(schema))
-        except (json.JSONDecodeError, UnsupportedSchemaError):
-            continue
-        llm.reset()
-        out = llm(
-            f"A JSON value for the schema {text.strip()[:200]}:\n",
-            max_tokens=64,
-            grammar=grammar,
-            temperature=0.7,
-            seed=1,
-        )
-        choice = out["choices"][0]
-        if choice["finish_reason"] != "stop":
-            cut.append(name)
-            continue
-        assert_validates(name, choice["text"], schema)
-        stopped.append(name)
-    assert len(stopped) >= 25, (len(stopped), cut)
 
 
 # ---- hypothesis family: output validates -------------------------------------------------------------
@@ -183,48 +132,9 @@ def test_openai_json_schema_form_and_refs(llm):
     jsonschema.validate(value, schema)
 
 
-def test_recursive_refs_make_recursive_rules():
-    schema = {
-        "$defs": {
-            "node": {
-                "type": "object",
-                "properties": {
-                    "value": {"type": "integer"},
-                    "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/node"}]},
-                },
-                "required": ["value", "next"],
-            }
-        },
-        "$ref": "#/$defs/node",
-    }
-    grammar = schema_to_gbnf(schema)
-    LlamaGrammar.from_string(grammar)
-    assert grammar.count("ref--defs-node ::=") == 1
-
-
-@pytest.mark.parametrize(
-    "schema, words",
-    [
-        ({"type": "string", "pattern": "^a+$"}, "pattern"),
-        ({"type": "integer", "minimum": 3}, "minimum"),
-        ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "not"),
-        ({"allOf": [{"type": "string"}]}, "allOf"),
-        ({"type": "string", "format": "email"}, "format 'email'"),
-        ({"$ref": "#/$defs/missing"}, "does not resolve"),
-        ({"$ref": "https://example.com/schema.json"}, "only local"),
-        ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "not defined"),
-        ({"type": "array", "minItems": 3, "maxItems": 1}, "maxItems"),
-        ({"type": "decimal"}, "unknown type"),
-    ],
-)
-def test_unsupported_schemas_raise_a_clear_error(schema, words):
-    with pytest.raises(ValueError, match=re.escape(words)):
-        schema_to_gbnf(schema)
-
-
 def test_tuple_form_items_are_a_fixed_tuple(llm):
     """Draft 4's ``items: [...]`` (as llama.cpp reads it): exactly those values, in that order."""
-    grammar = LlamaGrammar.from_string(schema_to_gbnf({"items": [{"type": "integer"}, {"type": "string"}]}))
+    grammar = LlamaGrammar.from_json_schema({"type": "array", "items": [{"type": "integer"}, {"type": "string"}]})
     out = llm.create_completion("A pair:", grammar=grammar, max_tokens=48, temperature=0)["choices"][0]["text"]
     value = json.loads(out)
     assert isinstance(value, list) and len(value) == 2

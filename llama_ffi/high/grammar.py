@@ -73,17 +73,10 @@ class LlamaGrammar:
     @classmethod
     def from_json_schema(cls, json_schema: str | dict, verbose: bool = True) -> LlamaGrammar:
         """Output that validates against a JSON Schema (a JSON string, as llama-cpp-python takes
-        it, or a dict); ``ConstraintError`` (a ValueError) naming what cannot be enforced. A schema
-        the GBNF converter takes runs as GBNF, which bounds numbers to 16 digits and whitespace as
-        llama.cpp's converter does (llguidance bounds neither: a small model runs on in digits);
-        the others (``pattern``, ``minimum``, ``allOf``, ``prefixItems``...) run on llguidance."""
-        from llama_ffi.high.chat.json_schema import UnsupportedSchemaError, schema_to_gbnf
-
-        schema = constraints.parsed_schema(json_schema)
-        try:
-            return cls.from_string(schema_to_gbnf(schema), verbose)
-        except UnsupportedSchemaError:
-            return cls._llguidance(constraints.json_schema_grammar(schema), verbose)
+        it, or a dict); ``ConstraintError`` (a ValueError) naming what cannot be enforced and where.
+        As llama.cpp's converter, integers get at most 16 digits and objects that name their
+        properties no others unless the schema allows them (``constraints.bounds``)."""
+        return cls._llguidance(constraints.json_schema_grammar(json_schema, generation=True), verbose)
 
     @classmethod
     def from_regex(cls, pattern: str, verbose: bool = True) -> LlamaGrammar:

@@ -14,34 +14,21 @@ from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
 from llama_ffi.high.chat import media_parts
 from llama_ffi.high.chat import tools as tool_calls
+from llama_ffi.high.chat.constraint import reply_constraint
 from llama_ffi.high.chat.formats import format_with_builtin
 from llama_ffi.high.chat.messages import text_only, validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
 from llama_ffi.high.chat.templates import ChatTemplate
 from llama_ffi.high.chat.tool_stream import CallStream
 from llama_ffi.high.compat import chat_logprobs, chat_options
+from llama_ffi.high.constraints.composed import Reasoning
 from llama_ffi.high.engine import results
 from llama_ffi.high.errors import RequestValueError
-from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.multimodal import MediaPrompt, extract_media
 from llama_ffi.high.multimodal.prompt import check_kind
 from llama_ffi.high.request import GenerationRequest, from_keywords
 
 FALLBACK_FORMAT = "chatml"  # used when the model has no template and none is given
-
-
-# Any JSON value at the top is an object (OpenAI's json_object mode); numbers and whitespace are
-# bounded so a model cannot loop on them.
-JSON_OBJECT_GBNF = r"""
-root    ::= object
-value   ::= object | array | string | number | "true" | "false" | "null"
-object  ::= "{" sp ( member ( "," sp member )* )? sp "}"
-member  ::= string sp ":" sp value
-array   ::= "[" sp ( value ( "," sp value )* )? sp "]"
-string  ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number  ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
-sp      ::= [ \t\n]{0,8}
-"""
 
 
 def model_template(llm, name: str | None) -> ChatTemplate | None:
@@ -123,30 +110,6 @@ def render_media_prompt(llm, messages: list[dict], media: list, **options) -> tu
     return render_prompt(llm, text_only(media_parts.as_marker_text(messages, marker)), **options), media
 
 
-def response_grammar(response_format: dict | None) -> LlamaGrammar | None:
-    if response_format is None:
-        return None
-    if not isinstance(response_format, dict) or response_format.get("type") not in (
-        "text",
-        "json_object",
-        "json_schema",
-    ):
-        raise RequestValueError(
-            f"response_format must be {{'type': 'text'|'json_object'|'json_schema'}}, got {response_format!r}"
-        )
-    if response_format["type"] == "text":
-        return None
-    schema = response_format.get("schema")  # llama-cpp-python: {"type": "json_object", "schema": ...}
-    if response_format["type"] == "json_schema":  # OpenAI: {"type": "json_schema", "json_schema": {"schema": ...}}
-        spec = response_format.get("json_schema")
-        if not isinstance(spec, dict) or "schema" not in spec:
-            raise RequestValueError("response_format of type json_schema needs {'json_schema': {'schema': {...}}}")
-        schema = spec["schema"]
-    if schema is None:  # OpenAI's json_object mode: any JSON object
-        return LlamaGrammar.from_string(JSON_OBJECT_GBNF, verbose=False)
-    return LlamaGrammar.from_json_schema(schema, verbose=False)
-
-
 MEDIA_MARKER = "<__media__>"  # mtmd's default, for messages checked without an mmproj
 
 
@@ -188,9 +151,11 @@ def plan_chat(
     tool_plan = dataclasses.replace(tool_calls.plan(tools, tool_choice), parallel=parallel_tool_calls)
     extra = dict(extra_template_arguments or {})
     offering = tool_plan.mode != "none"
+    template = None if chat_handler or chat_format else model_template(llm, chat_template_name)
+    template_source = template.source if template is not None else ""
+    hermes_calls = "<tool_call>" in template_source or "tools" not in template_source
     if offering or tool_calls.has_tool_turns(messages):
-        template = None if chat_handler or chat_format else model_template(llm, chat_template_name)
-        if template is not None and "tools" in template.source:
+        if "tools" in template_source:
             if offering:
                 extra["tools"] = tool_calls.declarations(tool_plan.functions)
         else:  # the template knows no tools: describe them (and earlier tool turns) in text
@@ -222,11 +187,11 @@ def plan_chat(
             reasoning_start_max_tokens,
         )
         request = dataclasses.replace(request, logits_processor=(*request.logits_processor, budget))
-    grammar = response_grammar(response_format)
-    if tool_plan.mode in ("required", "named"):
-        if grammar is not None:
-            raise RequestValueError("a forced tool call and a response_format constrain the same output: give one")
-        grammar = LlamaGrammar.from_string(tool_calls.forced_grammar(tool_plan))
+    thinks = started or reasoning_budget is not None or reasoning_start in template_source
+    reasoning = Reasoning(reasoning_start, reasoning_end, started) if thinks else None
+    # with a grammar of the caller's own, calls under "auto" are parsed, not checked as written
+    check_calls = hermes_calls and request.grammar is None
+    grammar = reply_constraint(llm.loaded_model.vocab_ptr, tool_plan, response_format, reasoning, check_calls)
     if grammar is not None:
         if request.grammar is not None:  # never one constraint silently dropped for another
             raise RequestValueError("grammar and response_format (or a forced tool call) both constrain the output")

@@ -1,9 +1,10 @@
 """Function calling: checking ``tools``/``tool_choice``, putting the tools into the prompt,
-constraining forced calls with a grammar, and parsing the call syntax models emit.
+and parsing the call syntax models emit.
 
 Forced calls (``"required"`` or a named function) are generated in the Hermes form
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` under a grammar built from the
-function's parameter schema, so the arguments always validate. With ``"auto"`` the reply is parsed
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` under a constraint built from the
+function's parameter schema (``chat.constraint``), so the arguments always validate; so are the
+calls a model writes in that form under ``"auto"``. With ``"auto"`` the reply is parsed
 for the common families (Hermes/Qwen ``<tool_call>``, Llama 3 JSON, Mistral ``[TOOL_CALLS]``,
 functionary ``<function=...>`` / ``>>>name``) and is plain content when none matches.
 """
@@ -15,7 +16,6 @@ import json
 import re
 import uuid
 
-from llama_ffi.high.chat.json_schema import SchemaConverter
 from llama_ffi.high.chat.json_stream import healed
 from llama_ffi.high.errors import RequestValueError
 
@@ -119,29 +119,6 @@ def _call_json(call: dict) -> dict:
         except json.JSONDecodeError:
             pass
     return {"name": fn.get("name"), "arguments": args}
-
-
-# ---- forced calls ------------------------------------------------------------------------------------
-def forced_grammar(tool_plan: ToolPlan) -> str:
-    """GBNF for one call of the forced function, or 1..MAX_PARALLEL_CALLS calls of any with
-    "required"; the arguments follow each function's parameter schema."""
-    names = [tool_plan.forced] if tool_plan.mode == "named" else list(tool_plan.functions)
-    schema = {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {"name": {"const": n}, "arguments": tool_plan.functions[n]["parameters"]},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-            for n in names
-        ]
-    }
-    body = SchemaConverter(schema).grammar()
-    body = body.replace("root ::= ", "call-json ::= ", 1)
-    several = tool_plan.mode != "named" and tool_plan.parallel
-    repeat = f'("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}' if several else ""
-    return f'root ::= call {repeat}\ncall ::= "<tool_call>" call-json "</tool_call>"\n{body}'
 
 
 # ---- parsing ----------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ gets it without a loop of its own."""
 from llama_ffi.high.constraints.grammars import (
     ConstraintError,
     choice_grammar,
+    enforceable,
     json_schema_grammar,
     lark_grammar,
     parsed_schema,
@@ -18,6 +19,7 @@ from llama_ffi.high.constraints.sampler import new_sampler
 __all__ = [
     "ConstraintError",
     "choice_grammar",
+    "enforceable",
     "json_schema_grammar",
     "lark_grammar",
     "new_sampler",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import llguidance
 
-from llama_ffi.high.constraints import rewrite
+from llama_ffi.high.constraints import bounds, rewrite
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 # Whitespace between JSON tokens as models write it (compact, one line, or pretty-printed), but at
@@ -44,19 +44,37 @@ def parsed_schema(schema: dict | bool | str) -> dict:
     return {} if schema is True else schema
 
 
-def json_schema_grammar(schema: dict | bool | str) -> str:
-    """A JSON Schema (a dict, ``true``, or its JSON text). What llguidance refuses is rewritten
-    into an equivalent schema where an exact rewrite is known (``rewrite``); else the refusal
-    stands, naming the keyword and where it is."""
+def json_schema_grammar(schema: dict | bool | str, generation: bool = False) -> str:
+    """A JSON Schema (a dict, ``true``, or its JSON text) as a llguidance grammar (``enforced``)."""
+    return enforced(schema, generation)[1]
+
+
+def enforceable(schema: dict | bool | str, generation: bool = True) -> dict:
+    """The schema as llguidance takes it (``enforced``), to embed in a Lark grammar (``%json``)."""
+    return enforced(schema, generation)[0]
+
+
+def enforced(schema: dict | bool | str, generation: bool = False) -> tuple[dict, str]:
+    """(schema, grammar) as llguidance takes them: the schema itself, or where llguidance refuses
+    it and an exact rewrite is known (``rewrite``), the equivalent schema; else the refusal
+    stands, naming the keyword and where it is. ``generation``: narrowed as llama.cpp narrows
+    what a model writes (``bounds``)."""
     schema = parsed_schema(schema)
     try:
-        return compiled_schema(schema)
+        return enforced_as_is(schema, generation)
     except ConstraintError as refused:
         equivalent, used = rewrite.rewritten(schema)
         if used:
             with contextlib.suppress(ConstraintError):
-                return compiled_schema(equivalent)
+                return enforced_as_is(equivalent, generation)
         raise ConstraintError(f"{refused}{located(schema, str(refused))}") from None
+
+
+def enforced_as_is(schema: dict, generation: bool) -> tuple[dict, str]:
+    """(schema, grammar); a ``ConstraintError`` where refused."""
+    if generation:
+        schema = bounds.narrowed(schema)
+    return schema, compiled_schema(schema)
 
 
 def compiled_schema(schema: dict) -> str:

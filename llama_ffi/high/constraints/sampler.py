@@ -31,8 +31,12 @@ _live: dict[int, object] = {}  # handle address -> (state, handle): alive until 
 class MatcherState:
     """One sampler's matcher, its bitmask buffer and the model's end-of-generation tokens."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int, eog: list[int]) -> None:
+    def __init__(
+        self, matcher: llguidance.LLMatcher, n_vocab: int, eog: list[int], start: llguidance.LLMatcher | None = None
+    ) -> None:
         self.matcher = matcher
+        # the matcher before any token: llguidance's reset() leaves a failed matcher failed
+        self.start = start if start is not None else matcher.deep_copy()
         self.mask = np.zeros((n_vocab + 31) // 32, dtype=np.uint32)
         self.eog = np.asarray(eog, dtype=np.int64)
         self._address = self.mask.ctypes.data
@@ -56,7 +60,13 @@ class MatcherState:
         lib.llama_ffi_mask_candidates(cur_p, self._words, self.mask.size)
 
     def copy(self) -> MatcherState:
-        return MatcherState(self.matcher.deep_copy(), self.mask.size * 32, list(self.eog))
+        return MatcherState(self.matcher.deep_copy(), self.mask.size * 32, list(self.eog), self.start)
+
+    def reset(self) -> None:
+        if self.matcher.is_error():
+            self.matcher = self.start.deep_copy()
+        else:
+            self.matcher.reset()
 
 
 def new_sampler(grammar: str, vocab):
@@ -99,7 +109,7 @@ def llama_ffi_llg_accept(smpl, token):
 
 @ffi.def_extern()
 def llama_ffi_llg_reset(smpl):
-    _state(smpl).matcher.reset()
+    _state(smpl).reset()
 
 
 @ffi.def_extern()

@@ -137,6 +137,8 @@ def _tool(tool: dict, i: int) -> dict:
     function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
     if tool.get("description"):
         function["description"] = tool["description"]
+    if "strict" in tool:  # its input must follow input_schema, or the request fails naming it
+        function["strict"] = tool["strict"]
     return {"type": "function", "function": function}
 
 

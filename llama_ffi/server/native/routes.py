@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from llama_ffi.high.chat.completion import chat_prompt
 from llama_ffi.high.engine import results
+from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.server import errors, params
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.handling import awaited, embed, generate, parse
@@ -148,12 +149,9 @@ async def native_completion(request: Request, served: ServedDep):
     typed = params.generation_request(
         llm, body, served.options, None, logprobs=body.n_probs or None, model=served.model_id
     )
-    if body.json_schema is not None and typed.grammar is None:
-        from llama_ffi.high.chat.completion import response_grammar
-
-        schema_grammar = response_grammar({"type": "json_object", "schema": body.json_schema})
-        typed = dataclasses.replace(typed, grammar=schema_grammar)
     try:
+        if body.json_schema is not None and typed.grammar is None:
+            typed = dataclasses.replace(typed, grammar=LlamaGrammar.from_json_schema(body.json_schema, verbose=False))
         the_call = results.call_of(llm, prompts_of(llm, prompt), typed)
     except (ValueError, TypeError) as error:  # the library's refusals, shaped for the client
         raise errors.from_library(error) from None

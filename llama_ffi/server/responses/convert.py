@@ -83,6 +83,8 @@ def _tools(tools) -> list[dict] | None:
         function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
         if tool.get("description"):
             function["description"] = tool["description"]
+        if "strict" in tool:
+            function["strict"] = tool["strict"]
         out.append({"type": "function", "function": function})
     return out
 
