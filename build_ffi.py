@@ -63,7 +63,10 @@ int llama_ffi_libllama_build_id(unsigned char *, size_t);
 int llama_ffi_library_of(void *, char *, size_t);
 int32_t llama_ffi_greedy_run(struct llama_context *, const struct llama_vocab *, llama_token, llama_pos,
                              llama_seq_id, int32_t, llama_token *, int32_t *, int32_t, const int32_t *,
-                             const float *, int32_t);
+                             const float *, int32_t, struct llama_sampler *, llama_token_data *);
+llama_token llama_ffi_argmax_constrained(struct llama_context *, int32_t, int32_t, const int32_t *, const float *,
+                                         int32_t, struct llama_sampler *, llama_token_data *);
+#define LLAMA_FFI_NO_ALLOWED_TOKEN ...
 """
 
 # llama.cpp's staging API (src/llama-ext.h) is C++ outside extern "C"; MTP drafting needs three

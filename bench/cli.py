@@ -441,6 +441,12 @@ def prompt_table(prompt: dict) -> str:
     return "\n".join(out)
 
 
+def _tools(bench_bin: Path | None) -> Path | None:
+    """The folder of llama.cpp's tools: llama-bench's, else the reference build's."""
+    reference = Path("build/llama.cpp-reference/bin")
+    return bench_bin.parent if bench_bin else reference if reference.is_dir() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -514,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         "mixed concurrent load, every greedy answer checked) and print its report",
     )
     ap.add_argument(
+        "--constrained",
+        action="store_true",
+        help="add the constrained table: json_schema generation against plain, 1 and 8 sequences, "
+        "beside llama-server's json_schema on the same requests",
+    )
+    ap.add_argument(
         "--maskbench",
         metavar="DIR",
         help="JSONSchemaBench's maskbench/data (not shipped): schemas compiled, passing, invalid instances "
@@ -565,6 +577,13 @@ def main(argv: list[str] | None = None) -> int:
         cli = bench_bin.with_name("llama-mtmd-cli") if bench_bin else None
         cli = cli if cli and cli.is_file() else None
         print(bench_mtmd.mtmd_table(bench_mtmd.bench(args.model, args.mmproj, image, args.threads, args.repeats, cli)))
+    if args.constrained:
+        from bench import constrained
+
+        bench_bin = find_llama_bench(args.llama_bench)
+        print(
+            constrained.constrained_table(constrained.bench(args.model, args.threads, args.repeats, _tools(bench_bin)))
+        )
     if args.maskbench:
         from bench import maskbench
 

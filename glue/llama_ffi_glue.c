@@ -127,11 +127,18 @@ int32_t llama_ffi_argmax(struct llama_context * ctx, int32_t idx, int32_t n_voca
    k. A failing decode stores its status in *status and ends the run (k counts the tokens produced
    before it). One call per run instead of a Python round trip per token. (llama.cpp's backend
    sampler would do the argmax inside the graph, but on a CPU it measured slower than this one pass
-   over the logits.) */
+   over the logits.) With a `constraint` (NULL: none) each token is taken as
+   llama_ffi_argmax_constrained takes it, `buf` holding n_vocab candidates; a constraint that allows
+   nothing ends the run with LLAMA_FFI_NO_ALLOWED_TOKEN in *status. */
+llama_token llama_ffi_argmax_constrained(struct llama_context * ctx, int32_t idx, int32_t n_vocab,
+                                         const int32_t * ids, const float * bias, int32_t n_bias,
+                                         struct llama_sampler * constraint, llama_token_data * buf);
+#define LLAMA_FFI_NO_ALLOWED_TOKEN (-1000)
 int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_vocab * vocab,
                              llama_token token, llama_pos pos, llama_seq_id seq, int32_t n,
                              llama_token * out, int32_t * status,
-                             int32_t n_vocab, const int32_t * ids, const float * bias, int32_t n_bias) {
+                             int32_t n_vocab, const int32_t * ids, const float * bias, int32_t n_bias,
+                             struct llama_sampler * constraint, llama_token_data * buf) {
     llama_token cur = token;
     llama_pos at = pos;
     int32_t n_seq = 1;
@@ -144,7 +151,9 @@ int32_t llama_ffi_greedy_run(struct llama_context * ctx, const struct llama_voca
     for (int32_t i = 0; i < n; ++i) {
         int32_t rc = llama_ffi_decode(ctx, batch);
         if (rc != 0) { *status = rc; return i; }
-        cur = llama_ffi_argmax(ctx, -1, n_vocab, ids, bias, n_bias);
+        cur = constraint == NULL ? llama_ffi_argmax(ctx, -1, n_vocab, ids, bias, n_bias)
+                                 : llama_ffi_argmax_constrained(ctx, -1, n_vocab, ids, bias, n_bias, constraint, buf);
+        if (cur < 0) { *status = LLAMA_FFI_NO_ALLOWED_TOKEN; return i; }
         out[i] = cur;
         if (llama_vocab_is_eog(vocab, cur)) return i + 1;
         at += 1;
@@ -173,7 +182,8 @@ int32_t llama_ffi_mask_candidates(llama_token_data_array * cur_p, const uint32_t
    one-candidate array, which the llguidance sampler checks without building its mask); where it
    is refused, the candidates are built again, the constraint masks them first and the chain
    picks among what is left. The token is accepted by both. `buf` holds n_vocab candidates.
-   Returns -1 where llama.cpp has no logits at `idx` or the chain selects nothing. */
+   Returns -1 where llama.cpp has no logits at `idx` or the chain selects nothing, -2 where the
+   constraint allows no token. */
 static void llama_ffi_fill(llama_token_data * buf, const float * logits, int32_t n_vocab) {
     for (int32_t i = 0; i < n_vocab; ++i) {
         buf[i].id = i;
@@ -200,9 +210,38 @@ llama_token llama_ffi_sample_constrained(struct llama_sampler * chain, struct ll
         llama_sampler_apply(constraint, &cur);
         llama_sampler_apply(chain, &cur);
         if (cur.selected < 0 || cur.selected >= (int64_t)cur.size) return -1;
+        /* every candidate refused (by the constraint, or by a bias after it): the pick is one of them */
+        if (isinf(cur.data[cur.selected].logit) && cur.data[cur.selected].logit < 0) return -2;
         token = cur.data[cur.selected].id;
     }
     llama_sampler_accept(constraint, token);
     llama_sampler_accept(chain, token);
+    return token;
+}
+/* Greedy decoding under a constraint, in the same order: the argmax (after the biases) is put to
+   the constraint alone; only where it is refused are the candidates built, masked by the
+   constraint, and the best one left taken. The constraint accepts the token. Greedy chains skip
+   building the n_vocab candidates for every token this way, as unconstrained ones do. Returns -1
+   where there are no logits at `idx` or the constraint allows no token. */
+llama_token llama_ffi_argmax_constrained(struct llama_context * ctx, int32_t idx, int32_t n_vocab,
+                                         const int32_t * ids, const float * bias, int32_t n_bias,
+                                         struct llama_sampler * constraint, llama_token_data * buf) {
+    llama_token token = llama_ffi_argmax(ctx, idx, n_vocab, ids, bias, n_bias); /* biases now in the logits */
+    if (token < 0) return -1;
+    llama_token_data single = { token, 1.0f, 0.0f };
+    llama_token_data_array one = { &single, 1, -1, false };
+    llama_sampler_apply(constraint, &one);
+    if (isinf(single.logit)) {
+        llama_ffi_fill(buf, llama_get_logits_ith(ctx, idx), n_vocab);
+        llama_token_data_array cur = { buf, (size_t)n_vocab, -1, false };
+        llama_sampler_apply(constraint, &cur);
+        float top = -INFINITY;
+        token = -1;
+        for (size_t i = 0; i < cur.size; ++i) {
+            if (cur.data[i].logit > top) { top = cur.data[i].logit; token = cur.data[i].id; }
+        }
+        if (token < 0) return -1;
+    }
+    llama_sampler_accept(constraint, token);
     return token;
 }

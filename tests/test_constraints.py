@@ -162,3 +162,28 @@ def test_the_sampler_keeps_llama_cpp_s_contract(llm):
         lib.llama_sampler_free(twin)
     finally:
         lib.llama_sampler_free(smpl)
+
+
+def test_greedy_runs_under_a_constraint_check_every_token(llm):
+    """Greedy decoding under a constraint takes several tokens per C call (the argmax put to the
+    constraint, the mask built only where it is refused): the text validates, and equals what the
+    token-by-token path (a logits processor forces it) and the full candidate chain give."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}}, "required": ["name"]}
+    grammar = LlamaGrammar.from_json_schema(schema)
+    run = llm("A person as JSON:", grammar=grammar, max_tokens=48, temperature=0.0)["choices"][0]
+    jsonschema.validate(json.loads(run["text"]), schema)
+    keep = [lambda ids, logits: logits]
+    stepped = llm("A person as JSON:", grammar=grammar, max_tokens=48, temperature=0.0, logits_processor=keep)
+    assert stepped["choices"][0]["text"] == run["text"]
+    # top_k 1 is greedy through llama.cpp's chain over every candidate (min_p 0 keeps the chain whole)
+    chained = llm("A person as JSON:", grammar=grammar, max_tokens=48, temperature=1.0, top_k=1, min_p=0.0, seed=1)
+    assert chained["choices"][0]["text"] == run["text"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_constraint_that_allows_nothing_left_fails_clearly(llm, temperature):
+    """The grammar is complete and allows only the end of generation, which a logit bias bars: a
+    clear error, not a token the grammar refused."""
+    ban = {t: -float("inf") for t in llm.tokenizer.end_of_generation()}
+    with pytest.raises(Exception, match="grammar allows no token"):
+        llm("Answer:", grammar=LlamaGrammar.from_choice(["yes"]), max_tokens=8, temperature=temperature, logit_bias=ban)

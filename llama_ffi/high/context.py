@@ -360,4 +360,6 @@ def raise_for_decode_status(rc: int) -> None:
         raise DecodeAborted("the decode was stopped (Context.abort)")
     if rc == DECODE_NO_KV_SLOT:
         raise DecodeError("no room left in the KV cache for this batch (context full)")
+    if rc == lib.LLAMA_FFI_NO_ALLOWED_TOKEN:  # a greedy run's constraint, not llama_decode
+        raise DecodeError("the grammar allows no token here (is the end of generation barred by a logit bias?)")
     raise DecodeError(f"llama_decode failed with code {rc}")

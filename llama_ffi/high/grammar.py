@@ -57,7 +57,10 @@ class LlamaGrammar:
         self.text = text
         self.root = root
         self.engine = engine
-        self._parsed: set[int] = set()  # vocabularies it parsed against
+        self._parsed: set[int] = set()  # vocabularies it parsed against (GBNF)
+        # vocabulary -> (its llguidance tokenizer, the matcher before any token); the tokenizer tells a
+        # vocabulary from a later one at the same address (the first model freed)
+        self._compiled: dict[int, tuple] = {}
 
     @classmethod
     def from_string(cls, grammar: str, verbose: bool = True, root: str = "root") -> LlamaGrammar:
@@ -103,9 +106,13 @@ class LlamaGrammar:
         """A new sampler enforcing the grammar (owned by whoever adds it to a chain); ValueError if
         invalid. For GBNF only the first parse for a vocabulary watches stderr; a grammar that
         parsed once parses again."""
-        if self.engine == "llguidance":
-            return constraints.new_sampler(self.text, vocab)
         key = int(ffi.cast("uintptr_t", vocab))
+        if self.engine == "llguidance":
+            tokenizer = constraints.tokenizer.for_vocab(vocab)
+            found = self._compiled.get(key)
+            if found is None or found[0] is not tokenizer:
+                found = self._compiled[key] = (tokenizer, constraints.sampler.compiled(self.text, vocab))
+            return constraints.new_sampler(found[1], vocab)
         if key in self._parsed:
             smpl = lib.llama_sampler_init_grammar(vocab, self.text.encode(), self.root.encode())
             if smpl != ffi.NULL:

@@ -168,6 +168,7 @@ def chain_for(p: SamplingParams) -> tuple:
 # Samplers whose state the prompt changes (the others ignore accepted tokens, or only note that
 # their own pick was taken).
 PROMPT_AWARE = ("penalties", "dry")
+NOTHING_ALLOWED = "the grammar allows no token here (is the end of generation barred by a logit bias?)"
 
 
 class SamplerChain:
@@ -175,7 +176,7 @@ class SamplerChain:
 
     def __init__(self, params: SamplingParams, vocab, n_vocab: int, n_ctx: int, grammar=None) -> None:
         params.validate(n_vocab)
-        self._greedy_bias = self._fast_greedy(params, grammar, vocab)
+        self._greedy_bias = self._fast_greedy(params, vocab)
         # -1 means "the whole context" for both penalty windows (llama.cpp itself reads -1 as 0).
         params = dataclasses.replace(
             params,
@@ -203,11 +204,12 @@ class SamplerChain:
             self._add(fn(params, vocab, n_vocab, self._keep), getattr(fn, "__name__", "select"))
 
     @staticmethod
-    def _fast_greedy(params: SamplingParams, grammar, vocab):
-        """For plain greedy decoding (optionally with a logit bias) the chain is an argmax: done
-        in one C pass over the logits, it skips building llama.cpp's n_vocab candidate array for
-        every token. Returns (token ids, biases, count) or None when the chain is needed."""
-        if params.temperature > 0.0 or grammar is not None or penalties(params, None, 0, []) is not None:
+    def _fast_greedy(params: SamplingParams, vocab):
+        """For greedy decoding (optionally with a logit bias) the chain is an argmax: done in one C
+        pass over the logits, it skips building llama.cpp's n_vocab candidate array for every token
+        (under a constraint too, where the argmax is refused). Returns (token ids, biases, count) or
+        None when the chain is needed."""
+        if params.temperature > 0.0 or penalties(params, None, 0, []) is not None:
             return None
         if params.dry_multiplier != 0.0:
             return None
@@ -233,15 +235,29 @@ class SamplerChain:
         """(token ids, biases, count) when the chain is a plain argmax with a logit bias, else None."""
         return self._greedy_bias
 
+    @property
+    def constraint(self) -> tuple:
+        """(the constraint's sampler, its n_vocab candidates), both NULL when there is none."""
+        return self._constraint, self._candidates
+
     def sample(self, ctx, idx: int = -1) -> int:
         """Sample (and accept) a token from output ``idx``."""
         if self._greedy_bias is not None:
             ids, biases, n = self._greedy_bias
-            return lib.llama_ffi_argmax(ctx, idx, self._n_vocab, ids, biases, n)
+            if self._constraint == ffi.NULL:
+                return lib.llama_ffi_argmax(ctx, idx, self._n_vocab, ids, biases, n)
+            token = lib.llama_ffi_argmax_constrained(
+                ctx, idx, self._n_vocab, ids, biases, n, self._constraint, self._candidates
+            )
+            if token < 0:
+                raise RequestValueError(NOTHING_ALLOWED)
+            return token
         if self._constraint != ffi.NULL:
             token = lib.llama_ffi_sample_constrained(
                 self.ptr, self._constraint, ctx, idx, self._candidates, self._n_vocab
             )
+            if token == -2:
+                raise RequestValueError(NOTHING_ALLOWED)
             if token < 0:
                 raise RuntimeError(f"no token could be sampled from output {idx}")
             return token

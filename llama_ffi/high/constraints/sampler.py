@@ -69,15 +69,22 @@ class MatcherState:
             self.matcher.reset()
 
 
-def new_sampler(grammar: str, vocab):
-    """A new llama.cpp sampler enforcing the llguidance ``grammar`` over ``vocab`` (owned by whoever
-    adds it to a chain)."""
-    tokenizer = vocab_tokenizer.for_vocab(vocab)
-    matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+def compiled(grammar: str, vocab) -> llguidance.LLMatcher:
+    """A matcher of the llguidance ``grammar`` over ``vocab``, before any token; ConstraintError
+    if it cannot be enforced there."""
+    matcher = llguidance.LLMatcher(vocab_tokenizer.for_vocab(vocab), grammar, log_level=0)
     if matcher.is_error():
         raise ConstraintError(f"the constraint cannot be enforced on this vocabulary: {matcher.get_error()}")
+    return matcher
+
+
+def new_sampler(grammar: str | llguidance.LLMatcher, vocab):
+    """A new llama.cpp sampler enforcing the llguidance ``grammar`` (its text, or a matcher from
+    ``compiled``, copied: compiling again for every request costs milliseconds) over ``vocab``
+    (owned by whoever adds it to a chain)."""
+    start = compiled(grammar, vocab) if isinstance(grammar, str) else grammar
     eog = vocab_tokenizer.end_of_generation(vocab)
-    return _make(MatcherState(matcher, lib.llama_vocab_n_tokens(vocab), eog))
+    return _make(MatcherState(start.deep_copy(), lib.llama_vocab_n_tokens(vocab), eog, start))
 
 
 def _make(state: MatcherState):

@@ -13,6 +13,7 @@ import llguidance
 from llama_ffi import ffi, lib
 
 _cache: dict[int, llguidance.LLTokenizer] = {}
+_eog: dict[int, list[int]] = {}  # a pass over the whole vocabulary: once per vocabulary, not per request
 _lock = threading.Lock()
 _PIECE = 256  # bytes; a longer token is read again with its own length
 
@@ -43,7 +44,12 @@ def token_bytes(vocab) -> list[bytes]:
 
 
 def end_of_generation(vocab) -> list[int]:
-    return [t for t in range(lib.llama_vocab_n_tokens(vocab)) if lib.llama_vocab_is_eog(vocab, t)]
+    key = _key(vocab)
+    found = _eog.get(key)
+    if found is None:
+        found = [t for t in range(lib.llama_vocab_n_tokens(vocab)) if lib.llama_vocab_is_eog(vocab, t)]
+        _eog[key] = found  # one assignment (for_vocab calls this holding _lock)
+    return list(found)
 
 
 def for_vocab(vocab) -> llguidance.LLTokenizer:
@@ -65,3 +71,4 @@ def forget(vocab) -> None:
     """The model owning ``vocab`` is freed: its tokenizer goes (another model may get the address)."""
     with _lock:
         _cache.pop(_key(vocab), None)
+        _eog.pop(_key(vocab), None)

@@ -32,6 +32,7 @@ class GreedyRun:
         if request.streamed:
             n = max(1, min(n, AHEAD - len(request.channel)))
         ids, biases, n_bias = c.chain.greedy_bias
+        constraint, candidates = c.chain.constraint
         base = len(slot.tokens)
         ctx.abort_flag[0] = 0  # an abort meant for an earlier decode
         got = lib.llama_ffi_greedy_run(
@@ -47,6 +48,8 @@ class GreedyRun:
             ids,
             biases,
             n_bias,
+            constraint,
+            candidates,
         )
         if ctx.remote is not None:
             ctx.remote.check()  # before the run's tokens count: they are garbage then
