@@ -4,6 +4,7 @@ tool results, stop sequences, thinking."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from llama_ffi.server.errors import ApiError
@@ -20,6 +21,29 @@ def _text_of(blocks, where: str) -> str:
             raise ApiError(400, f"{where}[{i}] must be a text block", where)
         out.append(block["text"])
     return "".join(out)
+
+
+# Claude Code's first system block: "x-anthropic-billing-header: cc_version=…; cch=a5145;" where cch
+# changes on every request. It means nothing to a local model, but left as sent it would end the
+# cached prefix of every turn at the first line, so it is written with one fixed stamp, as
+# llama-server writes it.
+BILLING_HEADER = "x-anthropic-billing-header:"
+_STAMP = re.compile(r"(\bcch=)[^;\s]*;")
+
+
+def _system_text(blocks, where: str) -> str:
+    """A system prompt's text, each block's billing header stamped alike."""
+    if not isinstance(blocks, list):
+        return _normalized(_text_of(blocks, where))
+    _text_of(blocks, where)  # each one a text block, or a 400 naming it
+    return "".join(_normalized(block["text"]) for block in blocks)
+
+
+def _normalized(text: str) -> str:
+    if not text.startswith(BILLING_HEADER):
+        return text
+    line, newline, rest = text.partition("\n")
+    return _STAMP.sub(r"\1fffff;", line, count=1) + newline + rest
 
 
 def _result_of(blocks, where: str) -> str | list[dict]:
@@ -51,8 +75,10 @@ def _turn(message: dict, m: int) -> list[dict]:
     blocks the assistant's tool_calls."""
     where = f"messages[{m}]"
     role = message.get("role")
+    if role == "system":  # Claude Code sends these mid-conversation; the template places them
+        return [{"role": "system", "content": _system_text(message.get("content") or "", f"{where}.content")}]
     if role not in ("user", "assistant"):
-        raise ApiError(400, f"{where}.role must be user or assistant", where)
+        raise ApiError(400, f"{where}.role must be user, assistant or system", where)
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -105,7 +131,7 @@ def chat_body(body) -> dict:
     """The OpenAI chat request an Anthropic one means."""
     messages = []
     if body.system:
-        messages.append({"role": "system", "content": _text_of(body.system, "system")})
+        messages.append({"role": "system", "content": _system_text(body.system, "system")})
     for m, message in enumerate(body.messages):
         if not isinstance(message, dict):
             raise ApiError(400, f"messages[{m}] must be an object", "messages")

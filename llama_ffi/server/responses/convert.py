@@ -4,8 +4,11 @@ tool choice and ``text.format``."""
 from __future__ import annotations
 
 import json
+import logging
 
 from llama_ffi.server.errors import ApiError
+
+log = logging.getLogger("llama_ffi.server")
 
 
 def _content(content, where: str):
@@ -59,11 +62,12 @@ def input_messages(items) -> list[dict]:
             if not isinstance(item.get("call_id"), str):
                 raise ApiError(400, f"{where}: a function_call_output needs its call_id", "input")
             output = item.get("output")
+            content = _content(output, where) if isinstance(output, list) else output
             out.append(
                 {
                     "role": "tool",
                     "tool_call_id": item["call_id"],
-                    "content": output if isinstance(output, str) else json.dumps(output),
+                    "content": content if isinstance(content, (str, list)) else json.dumps(output),
                 }
             )
         elif kind == "reasoning":
@@ -74,12 +78,19 @@ def input_messages(items) -> list[dict]:
 
 
 def _tools(tools) -> list[dict] | None:
+    """The function tools; the others (hosted tools, Codex's ``namespace`` and ``custom`` tools)
+    have no chat form and are left out, as llama-server leaves them: the model is not offered them."""
     if not tools:
         return None
     out = []
     for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
-            raise ApiError(400, f"tools[{i}]: only function tools are supported", "tools")
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise ApiError(400, f"tools[{i}] must be an object with a type", "tools")
+        if tool["type"] != "function":
+            log.info("tools[%d]: a %r tool is not offered to the model (only function tools are)", i, tool["type"])
+            continue
+        if not isinstance(tool.get("name"), str):
+            raise ApiError(400, f"tools[{i}]: a function tool needs a name", "tools")
         function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
         if tool.get("description"):
             function["description"] = tool["description"]
