@@ -73,22 +73,27 @@ def valid_call(call) -> dict:
     return args
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_a_call_under_auto_follows_its_schema_from_the_opener_on(llm, seed):
-    out = llm.create_chat_completion(
+def auto_calls(model, opening: str, seed: int) -> dict:
+    """A reply under ``auto`` that ``opening`` opens a call in; its calls validate."""
+    out = model.create_chat_completion(
         ASK,
         tools=[WEATHER, TIME],
         tool_choice="auto",
-        logits_processor=Opening(llm, "Let me check.\n<tool_call>"),
+        logits_processor=Opening(model, opening),
         temperature=1.0,
         seed=seed,
         max_tokens=96,
     )
     choice = out["choices"][0]
     assert choice["finish_reason"] == "tool_calls", choice
-    assert choice["message"]["content"].startswith("Let me check.")
     for call in choice["message"]["tool_calls"]:
         valid_call(call)
+    return choice["message"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_call_under_auto_follows_its_schema_from_the_opener_on(llm, seed):
+    assert auto_calls(llm, "Let me check.\n<tool_call>", seed)["content"].startswith("Let me check.")
 
 
 def test_text_under_auto_is_free_until_a_call_opens(llm):
@@ -157,8 +162,23 @@ def test_a_tag_the_vocabulary_holds_as_one_special_token_is_that_token(llm):
     end = llm.tokenize("<|im_end|>", add_bos=False, special=True)
     assert len(end) == 1 and composed.literal("<|im_end|>", vocab) == f"<[{end[0]}]>"
     assert composed.literal("<tool_call>", vocab) == '"<tool_call>"'  # several tokens in SmolLM2
-    grammar = composed.tool_calls(SCHEMAS, vocab, lazy=False, max_calls=1, opener="<|im_start|>", closer="<|im_end|>")
+    form = composed.CallForm("<|im_start|>", "<|im_end|>")
+    grammar = composed.tool_calls(SCHEMAS, vocab, lazy=False, max_calls=1, form=form)
     matcher = llguidance.LLMatcher(vocab_tokenizer.for_vocab(vocab), grammar, log_level=0)
     call = '<|im_start|>{"name": "get_time", "arguments": {"zone": "UTC"}}<|im_end|>'
     assert all(matcher.consume_token(t) for t in llm.tokenize(call, add_bos=False, special=True))
     assert matcher.is_accepting()
+
+
+@pytest.fixture(scope="module", params=["mistralai-Mistral-Nemo-Instruct-2407", "unsloth-mistral-Devstral-Small-2507"])
+def mistral(request, smollm2_path, tree):
+    """SmolLM2's weights under a Mistral template: Nemo writes ``[TOOL_CALLS][{...}]``, Devstral
+    ``[TOOL_CALLS]name[ARGS]{...}``."""
+    template = (tree.path / "models" / "templates" / f"{request.param}.jinja").read_text()
+    with Llama(smollm2_path, n_ctx=2048, n_threads=2, progress=False, chat_template=template) as model:
+        yield model
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_mistral_calls_under_auto_follow_their_schema_from_the_opener_on(mistral, seed):
+    assert auto_calls(mistral, "Let me check.[TOOL_CALLS]", seed)["content"] == "Let me check."

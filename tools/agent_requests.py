@@ -185,11 +185,15 @@ def wait_healthy(port: int, timeout: float = 180.0) -> None:
 FIRST_CALL = {"claude": {"type": "tool", "name": "Write"}, "codex": {"type": "function", "name": "exec_command"}}
 
 
-def record(agent: str, model: str, ctx: int, timeout: float) -> tuple[list[dict], list, str]:
-    """(the bodies the agent posted, each one's status, its output): one run of it, start to end."""
+def record(
+    agent: str, model: str, ctx: int, timeout: float, server_command: list[str] | None = None
+) -> tuple[list[dict], list, str]:
+    """(the bodies the agent posted, each one's status, its output): one run of it, start to end,
+    on ``llama-ffi serve`` (or ``server_command``: llama-server, to compare)."""
     port = free_port()
+    command = server_command or [sys.executable, "-m", "llama_ffi.server"]
     server = subprocess.Popen(
-        [sys.executable, "-m", "llama_ffi.server", "-m", model, "-c", str(ctx), "-np", "1", "--port", str(port)],
+        [*command, "-m", model, "-c", str(ctx), "-np", "1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -222,11 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", "--ctx-size", type=int, default=32768)
     ap.add_argument("--out", type=Path, help="write the fixtures here (default: only print what was sent)")
     ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--llama-server", metavar="PATH", help="run the agent against llama-server instead, to compare")
     args = ap.parse_args(argv)
     if agent_binary(args.agent) is None:
         print(f"{args.agent} is not installed: pip install 'llama-ffi[agents]'", file=sys.stderr)
         return 2
-    bodies, statuses, output = record(args.agent, args.model, args.ctx_size, args.timeout)
+    server = [args.llama_server, "--no-webui", "--jinja"] if args.llama_server else None
+    bodies, statuses, output = record(args.agent, args.model, args.ctx_size, args.timeout, server)
     print(output)
     for (route, status, seconds, usage), sent in zip(statuses, bodies):
         tokens = f"{usage[0]} prompt tokens, {usage[1]} from the cache" if usage else "no usage"

@@ -14,7 +14,7 @@ from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
 from llama_ffi.high.chat import media_parts
 from llama_ffi.high.chat import tools as tool_calls
-from llama_ffi.high.chat.constraint import reply_constraint
+from llama_ffi.high.chat.constraint import call_form, reply_constraint
 from llama_ffi.high.chat.formats import format_with_builtin
 from llama_ffi.high.chat.messages import text_only, validate_messages
 from llama_ffi.high.chat.reasoning import ReasoningBudget, split_reasoning
@@ -153,7 +153,7 @@ def plan_chat(
     offering = tool_plan.mode != "none"
     template = None if chat_handler or chat_format else model_template(llm, chat_template_name)
     template_source = template.source if template is not None else ""
-    hermes_calls = "<tool_call>" in template_source or "tools" not in template_source
+    form = call_form(template_source)
     if offering or tool_calls.has_tool_turns(messages):
         if "tools" in template_source:
             if offering:
@@ -190,8 +190,8 @@ def plan_chat(
     thinks = started or reasoning_budget is not None or reasoning_start in template_source
     reasoning = Reasoning(reasoning_start, reasoning_end, started) if thinks else None
     # with a grammar of the caller's own, calls under "auto" are parsed, not checked as written
-    check_calls = hermes_calls and request.grammar is None
-    grammar = reply_constraint(llm.loaded_model.vocab_ptr, tool_plan, response_format, reasoning, check_calls)
+    checked_form = form if request.grammar is None else None
+    grammar = reply_constraint(llm.loaded_model.vocab_ptr, tool_plan, response_format, reasoning, checked_form)
     if grammar is not None:
         if request.grammar is not None:  # never one constraint silently dropped for another
             raise RequestValueError("grammar and response_format (or a forced tool call) both constrain the output")

@@ -1,13 +1,14 @@
 """The one constraint a chat reply gets, from the request's ``response_format`` and tools: a JSON
 reply (``json_object`` / ``json_schema``), forced tool calls (``tool_choice`` ``required`` or
-named), or, with ``auto``, calls constrained lazily from the model's ``<tool_call>`` on; behind the
+named), or, with ``auto``, calls constrained lazily from the model's opener (``<tool_call>``,
+Mistral's ``[TOOL_CALLS]``) on; behind the
 reasoning block where the model reasons. Every one runs on llguidance (``high.constraints``)."""
 
 from __future__ import annotations
 
 from llama_ffi.high.chat.tools import MAX_PARALLEL_CALLS, ToolPlan
 from llama_ffi.high.constraints import ConstraintError, composed, enforceable
-from llama_ffi.high.constraints.composed import Reasoning
+from llama_ffi.high.constraints.composed import HERMES, MISTRAL_ARGS, MISTRAL_ARRAY, CallForm, Reasoning
 from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 
@@ -49,12 +50,22 @@ def response_grammar(response_format: dict | None, vocab=None, reasoning: Reason
     return LlamaGrammar(composed.json_reply(schema, vocab, reasoning), engine="llguidance")
 
 
+def call_form(template_source: str) -> CallForm | None:
+    """The form a model writes its calls in, read off its chat template: Hermes where the template
+    writes ``<tool_call>`` or knows no tools (the instructions given then ask for that form),
+    Mistral's two forms; None for the others (Llama 3 JSON, functionary), parsed whole."""
+    if "<tool_call>" in template_source or "tools" not in template_source:
+        return HERMES
+    if "[TOOL_CALLS]" in template_source:
+        return MISTRAL_ARGS if "[ARGS]" in template_source else MISTRAL_ARRAY
+    return None
+
+
 def reply_constraint(
-    vocab, tool_plan: ToolPlan, response_format: dict | None, reasoning: Reasoning | None, hermes_calls: bool
+    vocab, tool_plan: ToolPlan, response_format: dict | None, reasoning: Reasoning | None, form: CallForm | None
 ) -> LlamaGrammar | None:
-    """The reply's constraint. ``hermes_calls``: the model calls tools in the Hermes form (its
-    template's, or the instructions given for a template without tools), so calls under ``auto``
-    can be checked as they are written; other forms are parsed whole, unconstrained."""
+    """The reply's constraint. ``form``: how the model writes calls (``call_form``), so calls under
+    ``auto`` can be checked as they are written; None: they are parsed whole, unconstrained."""
     grammar = response_grammar(response_format, vocab, reasoning)
     forced = tool_plan.mode in ("required", "named")
     if forced and grammar is not None:
@@ -70,12 +81,13 @@ def reply_constraint(
             reasoning=reasoning,
         )
         return LlamaGrammar(text, engine="llguidance")
-    if tool_plan.mode == "auto" and grammar is None and hermes_calls:
+    if tool_plan.mode == "auto" and grammar is None and form is not None:
         text = composed.tool_calls(
             {name: parameters(tool_plan, name, required=False) for name in tool_plan.functions},
             vocab,
             lazy=True,
             max_calls=MAX_PARALLEL_CALLS if tool_plan.parallel else 1,
+            form=form,
         )
         return LlamaGrammar(text, engine="llguidance")
     return grammar

@@ -1,7 +1,8 @@
 """Constraints composed for chat replies, as llguidance Lark grammars over one vocabulary: tool calls
-in the Hermes form (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), forced (every
-reply is calls) or lazy (free text until the model opens a call, then the call follows its
-function's schema: llama.cpp's lazy grammar), and any reply behind a reasoning block (the
+in a family's form (``CallForm``: Hermes ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``,
+Mistral's ``[TOOL_CALLS][{...}]`` and ``[TOOL_CALLS]name[ARGS]{...}``), forced (every reply is calls)
+or lazy (free text until the model opens a call, then the call follows its function's schema:
+llama.cpp's lazy grammar), and any reply behind a reasoning block (the
 constraint starts once ``</think>`` closes it). A tag the vocabulary holds as one special token is
 written as that token (``<[id]>``): its text alone would never be sampled as it."""
 
@@ -25,6 +26,22 @@ class Reasoning:
     start: str = "<think>"
     end: str = "</think>"
     started: bool = False
+
+
+@dataclass(frozen=True)
+class CallForm:
+    """How a model family writes a tool call: ``opener``, then the call, then ``closer``. ``shape``:
+    "object" (one ``{"name", "arguments"}``), "array" (a JSON array of them, each with an optional
+    9-character ``id``: Mistral Nemo's) or "args" (the name, ``[ARGS]``, the arguments)."""
+
+    opener: str
+    closer: str = ""
+    shape: str = "object"
+
+
+HERMES = CallForm("<tool_call>", "</tool_call>")
+MISTRAL_ARRAY = CallForm("[TOOL_CALLS]", shape="array")
+MISTRAL_ARGS = CallForm("[TOOL_CALLS]", shape="args")
 
 
 def literal(text: str, vocab) -> str:
@@ -71,23 +88,39 @@ def tool_calls(
     *,
     lazy: bool,
     max_calls: int,
-    opener: str = "<tool_call>",
-    closer: str = "</tool_call>",
+    form: CallForm = HERMES,
     reasoning: Reasoning | None = None,
 ) -> str:
-    """Calls of ``functions`` (name -> parameter schema). ``lazy``: free text, with calls wherever
-    the model opens one (each call checked; a reasoning block is free text too); else
-    1..``max_calls`` calls and nothing else, after the reasoning block if any."""
-    opened, closed = literal(opener, vocab), literal(closer, vocab)
-    rules = [f"call_json: {json_part(call_schema(functions))}"]
+    """Calls of ``functions`` (name -> parameter schema) in ``form``. ``lazy``: free text, with
+    calls wherever the model opens one (each call checked; a reasoning block is free text too);
+    else 1..``max_calls`` calls and nothing else, after the reasoning block if any."""
+    opened = literal(form.opener, vocab)
+    closed = f" {literal(form.closer, vocab)}" if form.closer else ""
+    rules = [f"call_json: {_call_body(functions, form, max_calls)}"]
     if lazy:
-        body = "(text call)* text_end"
-        rules += [f"text[lazy]: {FREE} {opened}", f"text_end: {FREE}", f"call: call_json {closed}"]
+        rules += [f"text[lazy]: {FREE} {opened}", f"text_end: {FREE}"]
+        if form.closer:  # text may follow a closed call, and open another
+            body = "(text call)* text_end"
+            rules.append(f"call: call_json{closed}")
+        else:  # nothing closes the calls: they end the reply, as in the family's own format
+            more = f" ({opened} call_json){{0,{max_calls - 1}}}" if form.shape == "args" and max_calls > 1 else ""
+            body = f"text_end | text call_json{more}"
         reasoning = None
     else:
-        body = "call" + (f' ("\\n" call){{0,{max_calls - 1}}}' if max_calls > 1 else "")
-        rules.append(f"call: {opened} call_json {closed}")
+        body = "call" + (f' ("\\n" call){{0,{max_calls - 1}}}' if max_calls > 1 and form.shape != "array" else "")
+        rules.append(f"call: {opened} call_json{closed}")
     return _grammar(body, rules, vocab, reasoning)
+
+
+def _call_body(functions: dict[str, dict], form: CallForm, max_calls: int) -> str:
+    """What follows the opener: one call, or an array of calls, as ``form`` writes them."""
+    if form.shape == "args":
+        return " | ".join(f'{json.dumps(name)} "[ARGS]" {json_part(schema)}' for name, schema in functions.items())
+    if form.shape == "array":
+        nemo_id = {"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"}
+        calls = [{**c, "properties": {**c["properties"], "id": nemo_id}} for c in call_schema(functions)["anyOf"]]
+        return json_part({"type": "array", "items": {"anyOf": calls}, "minItems": 1, "maxItems": max_calls})
+    return json_part(call_schema(functions))
 
 
 def json_reply(schema: dict, vocab, reasoning: Reasoning | None = None) -> str:
