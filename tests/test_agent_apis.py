@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import ServerProcess
+from test_chat_constraints import WEATHER as WEATHER_SHAPED
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -360,16 +361,7 @@ def test_bad_bodies_get_the_apis_own_4xx(server, path, body):
 
 
 # ---- structured outputs on every API ----------------------------------------------------------------
-SHAPED = {  # what the old converter refused: a pattern, bounds, $schema, default
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "pattern": "^[A-Z][a-z]{1,11}$"},
-        "days": {"type": "integer", "exclusiveMinimum": 0, "maximum": 7, "default": 1},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
+SHAPED = WEATHER_SHAPED["function"]["parameters"]  # what the old converter refused: pattern, bounds, $schema, default
 UNENFORCEABLE = {"type": "object", "properties": {"link": {"type": "string", "format": "iri-reference"}}}
 ASKED = "Weather in Paris for 3 days?"
 
