@@ -31,19 +31,13 @@ import threading
 import time
 from pathlib import Path
 
+from llama_ffi.rpc import free_port
+
 KEEP = 80  # characters: longer prose is replaced by a stand-in (descriptions always are)
 PROMPT = "Create a file named hello.txt that contains the word hello, using your file writing tool."
 ROUTES = ("/v1/messages", "/v1/responses")
 ANSWER_TOKENS = 256
 MACHINE_IDS = ("user_id", "x-codex-installation-id")  # Claude Code's device id, Codex's installation id
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Recorder(http.server.ThreadingHTTPServer):
