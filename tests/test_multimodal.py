@@ -182,9 +182,24 @@ def test_bad_media_are_clear_errors(llm, smollm2_path, media, tmp_path):
         Llama(smollm2_path, mmproj_path=tmp_path / "missing.gguf", progress=False)
     with pytest.raises(ValueError, match=r"mismatch between text model \(n_embd = 576\) and mmproj \(n_embd = 64\)"):
         Llama(smollm2_path, mmproj_path=media["misfit"], progress=False)
-    with pytest.raises(ValueError, match="speculative decoding with an mmproj"):
-        Llama(smollm2_path, mmproj_path=media["mmproj"], speculative=SpecConfig(type="ngram-map-k"), progress=False)
     assert ask(llm, [media["tiny"]])["choices"][0]["message"]["content"]  # still usable after all that
+
+
+@pytest.mark.parametrize("kind", ["draft", "ngram-map-k"])
+def test_speculative_decoding_beside_an_mmproj_drafts_the_text_turns(llm, smollm2_path, media, kind):
+    """A draft model cannot see the image and an n-gram index would draft its placeholders: a
+    prompt with media decodes plainly (the same answer as without speculation), a text prompt drafts
+    (llama-server starts with both too)."""
+    config = SpecConfig(type=kind, draft_model_path=smollm2_path, draft_n_max=4, ngram_size_n=3, ngram_size_m=8)
+    want = ask(llm, [media["jpeg"]])["choices"][0]["message"]["content"]
+    with Llama(
+        smollm2_path, mmproj_path=media["mmproj"], n_ctx=N_CTX, chat_format="chatml", speculative=config, progress=False
+    ) as speculating:
+        assert ask(speculating, [media["jpeg"]])["choices"][0]["message"]["content"] == want
+        assert speculating.last_speculative_stats is None  # the media prompt did not draft
+        text = "one two three four one two three four one two three four one two"
+        speculating.create_chat_completion([{"role": "user", "content": text}], max_tokens=24, temperature=0)
+        assert speculating.last_speculative_stats.drafted_tokens > 0
 
 
 def test_a_second_turn_reuses_the_cached_image(llm, smollm2_path, media):

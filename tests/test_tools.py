@@ -119,24 +119,24 @@ CODE = {
 @pytest.mark.parametrize("max_tokens", [14, 17, 19, 40])
 def test_a_forced_call_cut_by_max_tokens_keeps_completed_arguments(llm, max_tokens):
     """llama-server's healing: a forced call that max_tokens cuts is still a call, its arguments
-    closed where the generation stopped (a string ended, brackets closed); the stream says the same."""
+    closed where the generation stopped (a string ended, brackets closed), and the reply's finish
+    says "length" as llama-server's does (the closing was not the model's); the stream says the same."""
     kwargs = dict(tools=[CODE], tool_choice="required", temperature=0, max_tokens=max_tokens)
     ask = [{"role": "user", "content": "Write an example program"}]
     out = llm.create_chat_completion(ask, **kwargs)
     assert out["usage"]["completion_tokens"] == max_tokens  # the budget, not the call, ended the reply
     whole = out["choices"][0]
     call = whole["message"]["tool_calls"][-1]
-    assert whole["finish_reason"] == "tool_calls" and call["function"]["name"] == "python"
+    assert whole["finish_reason"] == "length" and call["function"]["name"] == "python"
     assert whole["message"]["content"] is None
     arguments = json.loads(call["function"]["arguments"])
     assert set(arguments) <= {"code"} and all(isinstance(v, (str, type(None))) for v in arguments.values())
+    chunks = [c["choices"][0] for c in llm.create_chat_completion(ask, stream=True, **kwargs) if c["choices"]]
     streamed = "".join(
-        call.get("function", {}).get("arguments", "")
-        for chunk in llm.create_chat_completion(ask, stream=True, **kwargs)
-        for call in chunk["choices"][0]["delta"].get("tool_calls", [])
-        if chunk["choices"]
+        call.get("function", {}).get("arguments", "") for c in chunks for call in c["delta"].get("tool_calls", [])
     )
     assert streamed == "".join(c["function"]["arguments"] for c in whole["message"]["tool_calls"])
+    assert [c["finish_reason"] for c in chunks if c["finish_reason"]] == ["length"]
 
 
 def test_tool_result_turn_is_fed_back(llm):

@@ -20,7 +20,6 @@ from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.context import ClosedError, Context
 from llama_ffi.high.engine import Engine, results
 from llama_ffi.high.engine.slots import Slot
-from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model
 from llama_ffi.high.request import as_tuple, from_keywords
@@ -43,8 +42,6 @@ class Llama:
         mmproj_path, self.chat_handler, media_handler, self.template_arguments = multimodal.unpack_handler(
             p.chat_handler, p.mmproj_path, p.template_arguments
         )
-        if mmproj_path is not None and p.speculative is not None:
-            raise RequestValueError("speculative decoding with an mmproj is not supported: the engines draft text only")
         self.chat_format = p.chat_format
         self.chat_template = p.chat_template  # replaces the model's own (llama-server's --chat-template)
         self.spm_infill = p.spm_infill  # suffix= puts the suffix first

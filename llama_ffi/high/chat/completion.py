@@ -286,7 +286,8 @@ class ChatPlan:
         logprobs = chat_logprobs(choice["logprobs"]) if parser is None else None  # a plain stream's tokens
         out += [shapes.chat_chunk(self.cid, self.created, self.model, d, None, index, None, logprobs) for d in deltas]
         if choice["finish_reason"] is not None:
-            finish = "tool_calls" if parser is not None and parser.n_calls else choice["finish_reason"]
+            calls = parser is not None and parser.n_calls and choice["finish_reason"] != "length"
+            finish = "tool_calls" if calls else choice["finish_reason"]  # "length" wins, as in _message
             stop = choice.get("stop_reason")
             out.append(shapes.chat_chunk(self.cid, self.created, self.model, {}, finish, index, stop))
         if "usage" in completion_chunk and out:  # the stream's last chunk: the request's usage
@@ -372,4 +373,7 @@ def _message(choice: dict, tool_plan, think: tuple[str, str, bool]) -> tuple[dic
         content = None  # a forced reply cut as its next call began: nothing of it is content
     if not calls:
         return message, choice["finish_reason"]
-    return {**message, "content": content, "tool_calls": calls}, "tool_calls"
+    # a reply the token limit ended says "length" even with calls (as llama-server): a cut call's
+    # arguments were completed here, not written by the model
+    finish = "length" if choice["finish_reason"] == "length" else "tool_calls"
+    return {**message, "content": content, "tool_calls": calls}, finish

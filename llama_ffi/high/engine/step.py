@@ -24,6 +24,7 @@ from llama_ffi.high.engine.slots import Slot, SlotTable
 from llama_ffi.high.engine.speculation import DRAFTING_SEQUENCES, STEP_DRAFT_TOKENS, Speculation
 from llama_ffi.high.engine.stats import Counters, EngineStats
 from llama_ffi.high.engine.work import Work
+from llama_ffi.high.multimodal.prompt import MediaPrompt
 from llama_ffi.high.multimodal.prompt import evaluate as evaluate_media
 
 
@@ -256,9 +257,12 @@ class Stepper:
             self.context.copy_sequence(leader.slot.seq, c.slot.seq)
             c.slot.tokens = list(leader.slot.tokens)
             c.slot.media_spans = list(leader.slot.media_spans)
+        # drafters draft text: a prompt with media decodes plainly (a draft model cannot see the
+        # media, an n-gram index would draft the media's placeholders), text prompts draft
+        drafts = self.speculation is not None and not isinstance(group.prompt, MediaPrompt)
         for c in group.choices:
             c.output = output
-            if self.speculation is not None:
+            if drafts:
                 self.speculation.start(c)
         self.work.generating.extend(group.choices)
 

@@ -7,6 +7,7 @@ import json
 import logging
 
 from llama_ffi.server.errors import ApiError
+from llama_ffi.server.responses import custom_tools
 
 log = logging.getLogger("llama_ffi.server")
 
@@ -46,21 +47,19 @@ def input_messages(items) -> list[dict]:
             out.append(
                 {"role": "system" if role == "developer" else role, "content": _content(item.get("content"), where)}
             )
-        elif kind == "function_call":
-            if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
-                raise ApiError(400, f"{where}: a function_call needs call_id, name and arguments", "input")
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {"name": item["name"], "arguments": item["arguments"]},
-            }
+        elif kind in ("function_call", "custom_tool_call"):
+            given = "arguments" if kind == "function_call" else "input"
+            if not all(isinstance(item.get(k), str) for k in ("call_id", "name", given)):
+                raise ApiError(400, f"{where}: a {kind} needs call_id, name and {given}", "input")
+            written = item["arguments"] if kind == "function_call" else custom_tools.arguments(item["input"])
+            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": written}}
             if out and out[-1]["role"] == "assistant" and "tool_calls" in out[-1]:
                 out[-1]["tool_calls"].append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             if not isinstance(item.get("call_id"), str):
-                raise ApiError(400, f"{where}: a function_call_output needs its call_id", "input")
+                raise ApiError(400, f"{where}: a {kind} needs its call_id", "input")
             output = item.get("output")
             content = _content(output, where) if isinstance(output, list) else output
             out.append(
@@ -78,14 +77,18 @@ def input_messages(items) -> list[dict]:
 
 
 def _tools(tools) -> list[dict] | None:
-    """The function tools; the others (hosted tools, Codex's ``namespace`` and ``custom`` tools)
-    have no chat form and are left out, as llama-server leaves them: the model is not offered them."""
+    """The function tools, and custom tools as functions of one string (``custom_tools``); the
+    others (hosted tools, Codex's ``namespace``) have no chat form and are left out, as llama-server
+    leaves them: the model is not offered them."""
     if not tools:
         return None
     out = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
             raise ApiError(400, f"tools[{i}] must be an object with a type", "tools")
+        if tool["type"] == "custom":
+            out.append(custom_tools.as_function(tool, f"tools[{i}]"))
+            continue
         if tool["type"] != "function":
             log.info("tools[%d]: a %r tool is not offered to the model (only function tools are)", i, tool["type"])
             continue
@@ -101,7 +104,7 @@ def _tools(tools) -> list[dict] | None:
 
 
 def _tool_choice(choice):
-    if isinstance(choice, dict) and choice.get("type") == "function":
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         return {"type": "function", "function": {"name": choice.get("name")}}
     return choice
 

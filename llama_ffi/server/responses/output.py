@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 import uuid
 
+from llama_ffi.server.responses import custom_tools
 
-def output_items(reply: dict) -> list[dict]:
+
+def output_items(reply: dict, custom: set[str]) -> list[dict]:
+    """The reply's items; calls of the ``custom`` tools as ``custom_tool_call`` items."""
     out = []
     if reply.get("reasoning_content"):
         out.append(
@@ -20,7 +23,8 @@ def output_items(reply: dict) -> list[dict]:
     if reply.get("content") or not reply.get("tool_calls"):
         out.append(message_item(reply.get("content") or ""))
     for call in reply.get("tool_calls") or []:
-        out.append(call_item(call["id"], call["function"]["name"], call["function"]["arguments"]))
+        item = call_item(call["id"], call["function"]["name"], call["function"]["arguments"])
+        out.append(as_custom(item) if item["name"] in custom else item)
     return out
 
 
@@ -46,6 +50,34 @@ def call_item(call_id: str, name: str, arguments: str, status: str = "completed"
         "arguments": arguments,
         "status": status,
     }
+
+
+def as_custom(item: dict) -> dict:
+    """A ``function_call`` item of a custom tool as its ``custom_tool_call`` item."""
+    return {
+        "type": "custom_tool_call",
+        "id": item["id"].replace("fc_", "ctc_", 1),
+        "call_id": item["call_id"],
+        "name": item["name"],
+        "input": custom_tools.input_of(item["arguments"]),
+        "status": item["status"],
+    }
+
+
+def history_calls(items: list[dict]) -> list[dict]:
+    """The chat calls of a response's call items (a custom tool's input as its function's arguments)."""
+    return [
+        {
+            "id": i["call_id"],
+            "type": "function",
+            "function": {
+                "name": i["name"],
+                "arguments": i["arguments"] if i["type"] == "function_call" else custom_tools.arguments(i["input"]),
+            },
+        }
+        for i in items
+        if i["type"] in ("function_call", "custom_tool_call")
+    ]
 
 
 def response(

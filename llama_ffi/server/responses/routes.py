@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 
 from llama_ffi.server import handling
 from llama_ffi.server.handling import parse
+from llama_ffi.server.responses import custom_tools
 from llama_ffi.server.responses.convert import chat_body
 from llama_ffi.server.responses.output import history_message, output_items, response
 from llama_ffi.server.responses.protocol import ResponsesRequest, Store
@@ -48,7 +49,7 @@ async def create(request: Request, served: ServedDep, store: StoreDep):
             rid,
             body,
             served.model_id,
-            output_items(choice["message"]),
+            output_items(choice["message"], custom_tools.names(body.tools)),
             result["usage"],
             "completed",
             choice["finish_reason"],

@@ -7,7 +7,15 @@ import uuid
 from collections.abc import AsyncIterator
 
 from llama_ffi.server.errors import from_library
-from llama_ffi.server.responses.output import call_item, history_message, message_item, response
+from llama_ffi.server.responses import custom_tools
+from llama_ffi.server.responses.output import (
+    as_custom,
+    call_item,
+    history_calls,
+    history_message,
+    message_item,
+    response,
+)
 from llama_ffi.server.responses.protocol import Store
 from llama_ffi.server.streaming import Clock
 
@@ -21,6 +29,8 @@ class Stream:
         self.items: list[dict] = []
         self.text_item: int | None = None
         self.calls: dict[int, int] = {}  # chat tool call index -> output index
+        self.custom = custom_tools.names(body.tools)
+        self.custom_arguments: dict[int, str] = {}  # output index -> the arguments carrying its input
         self.text = ""
         self.clock, self.progress, self.produced = Clock(), None, 0
 
@@ -79,14 +89,19 @@ class Stream:
         if slot not in self.calls:
             out += self.close_text()
             function = call.get("function") or {}
-            self.items.append(
-                call_item(call.get("id") or f"call_{uuid.uuid4().hex}", function.get("name") or "", "", "in_progress")
-            )
+            call_id = call.get("id") or f"call_{uuid.uuid4().hex}"
+            item = call_item(call_id, function.get("name") or "", "", "in_progress")
+            if item["name"] in self.custom:
+                self.custom_arguments[len(self.items)] = ""
+                item = as_custom(item)
+            self.items.append(item)
             self.calls[slot] = len(self.items) - 1
             out.append(self.event("response.output_item.added", output_index=self.calls[slot], item=self.items[-1]))
         i = self.calls[slot]
         fragment = (call.get("function") or {}).get("arguments") or ""
-        if fragment:
+        if fragment and i in self.custom_arguments:  # its input is sent whole once the call closes
+            self.custom_arguments[i] += fragment
+        elif fragment:
             self.items[i]["arguments"] += fragment
             out.append(
                 self.event(
@@ -103,6 +118,9 @@ class Stream:
         for i in self.calls.values():
             item = self.items[i]
             item["status"] = "completed"
+            if i in self.custom_arguments:
+                out += self.close_custom(i)
+                continue
             out.append(
                 self.event(
                     "response.function_call_arguments.done",
@@ -114,6 +132,17 @@ class Stream:
             out.append(self.event("response.output_item.done", output_index=i, item=item))
         self.calls = {}
         return out
+
+    def close_custom(self, i: int) -> list[bytes]:
+        """A custom tool's call, its input decoded from the function arguments that carried it."""
+        item = self.items[i]
+        item["input"] = custom_tools.input_of(self.custom_arguments.pop(i))
+        where = {"item_id": item["id"], "output_index": i}
+        return [
+            self.event("response.custom_tool_call_input.delta", delta=item["input"], **where),
+            self.event("response.custom_tool_call_input.done", input=item["input"], **where),
+            self.event("response.output_item.done", output_index=i, item=item),
+        ]
 
 
 async def events(
@@ -143,11 +172,7 @@ async def events(
             yield e
         final = stream.shell("completed", usage, finish)
         if body.store:
-            calls = [  # the history's calls, from the stream's own function_call items
-                {"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}
-                for i in stream.items
-                if i["type"] == "function_call"
-            ]
+            calls = history_calls(stream.items)  # the history's calls, from the stream's own items
             reply = {"content": stream.text, "tool_calls": calls or None}
             store.put(final, messages + [history_message(reply)])
         timings = {"timings": stream.timings(usage)} if body.timings_per_token and usage else {}
