@@ -71,7 +71,10 @@ def test_native_completion_shape(keyed, smollm2_path):
     assert second["tokens_evaluated"] == 2
 
 
-@pytest.mark.parametrize("flag", [["--grp-attn-n", "2"], ["--context-shift"], ["--spec-synth-len", "4"]])
+@pytest.mark.parametrize(
+    "flag",
+    [["--grp-attn-n", "2"], ["--context-shift"], ["--spec-synth-len", "4"], ["--slot-save-path", "/no/such/dir"]],
+)
 def test_a_flag_that_cannot_be_honoured_is_named_at_start(smollm2_path, flag):
     s = ServerProcess(smollm2_path, *flag)
     with pytest.raises(RuntimeError, match=flag[0]):

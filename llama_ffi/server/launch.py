@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from collections.abc import Callable
 
@@ -60,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--slot-save-path",
         metavar="DIR",
+        type=directory,
         help="POST /slots/ID?action=save|restore|erase: slot caches saved as files in DIR (names only)",
     )
     g.add_argument(
@@ -176,6 +178,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
     flags.apply_environment(parser)  # llama-server's LLAMA_ARG_* variables
     parser.set_defaults(ctx_size=4096)
+
+
+def directory(value: str) -> str:
+    """A flag's directory, which must exist (llama-server refuses to start otherwise too)."""
+    if not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"not a directory: {value}")
+    return value
 
 
 def serve_app(serve_flags: list[str]):
