@@ -526,6 +526,18 @@ def main(argv: list[str] | None = None) -> int:
         "beside llama-server's json_schema on the same requests",
     )
     ap.add_argument(
+        "--long",
+        action="store_true",
+        help="add the long-prompt table: a 12 k-token prompt's prefill, decoding at that depth and an "
+        "extending request, on llama-ffi serve and llama-server (flash attention and KV types too)",
+    )
+    ap.add_argument(
+        "--agents",
+        action="store_true",
+        help="add the agents table: Claude Code and Codex CLI (those installed) run their loops on llama-ffi "
+        "serve; each request's prompt, cached share and time to first token (pip install 'llama-ffi[agents]')",
+    )
+    ap.add_argument(
         "--maskbench",
         metavar="DIR",
         help="JSONSchemaBench's maskbench/data (not shipped): schemas compiled, passing, invalid instances "
@@ -584,6 +596,16 @@ def main(argv: list[str] | None = None) -> int:
         print(
             constrained.constrained_table(constrained.bench(args.model, args.threads, args.repeats, _tools(bench_bin)))
         )
+    if args.long:
+        from bench import long_prompt
+
+        bench_bin = find_llama_bench(args.llama_bench)
+        rows = long_prompt.bench(args.model, args.threads, args.repeats, bench_bin and bench_bin.parent)
+        print(long_prompt.long_prompt_table(rows))
+    if args.agents:
+        from bench import agents
+
+        print(agents.agents_table(agents.bench(args.model)))
     if args.maskbench:
         from bench import maskbench
 

@@ -1,10 +1,12 @@
 """Record what a real coding agent sends: run Claude Code (``claude``, from the ``claude-agent-sdk``
 wheel) or Codex CLI (``codex``, from ``openai-codex-cli-bin``) against ``llama-ffi serve`` through a
 recording proxy on 127.0.0.1, and write each ``/v1/messages`` or ``/v1/responses`` body it posted
-as a JSON fixture (``tests/data/agents``: the suite replays them). The agent's first turn is made
-to call its file or command tool (``tool_choice`` set on the way to the server, which generates the
-call under the tool's schema; the body is recorded as the agent sent it), so the agent runs the
-tool and sends the turn that carries its result: a tiny model seldom calls a tool by itself.
+as a JSON fixture (``tests/data/agents``: the suite replays them). The agent's first turns
+(``--forced``, 1 by default) are made to call its file or command tool (``tool_choice`` set on the
+way to the server, which generates the call under the tool's schema; the body is recorded as the
+agent sent it), so the agent runs the tool and sends the turn that carries its result: a tiny model
+seldom calls a tool by itself. Each request's time to its first generated token is measured at the
+proxy, as the agent sees it.
 
 The agents' own prose (system prompts, tool descriptions, their text in a conversation) is not
 ours to commit: each description, and each string longer than ``KEEP`` characters but the user's
@@ -30,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from llama_ffi.rpc import free_port
 
@@ -40,12 +43,23 @@ ANSWER_TOKENS = 256
 MACHINE_IDS = ("user_id", "x-codex-installation-id")  # Claude Code's device id, Codex's installation id
 
 
+class Turn(NamedTuple):
+    """One request of the agent's: its route, status, seconds to the end and to the first generated
+    token, and (prompt tokens, of them from the cache)."""
+
+    route: str
+    status: int
+    seconds: float
+    usage: tuple[int, int] | None
+    first_token: float
+
+
 class Recorder(http.server.ThreadingHTTPServer):
     """Forwards every request to ``upstream`` and keeps the JSON bodies posted to the agent routes."""
 
-    def __init__(self, upstream: int, first_choice: dict | None = None) -> None:
+    def __init__(self, upstream: int, first_choice: dict | None = None, forced: int = 1) -> None:
         self.upstream, self.bodies, self.statuses = upstream, [], []
-        self.first_choice = first_choice
+        self.first_choice, self.forced = first_choice, forced
         super().__init__(("127.0.0.1", free_port()), _Forward)
 
 
@@ -64,7 +78,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             # is forced: it seldom calls a tool by itself (the server still generates the call,
             # under the tool's schema), and the agent then runs its tool and sends the result.
             bound = {"max_tokens": ANSWER_TOKENS} if route == "/v1/messages" else {"max_output_tokens": ANSWER_TOKENS}
-            if self.server.first_choice and len(self.server.bodies) == 1:
+            if self.server.first_choice and len(self.server.bodies) <= self.server.forced:
                 bound["tool_choice"] = self.server.first_choice
             body = json.dumps({**sent, **bound}).encode()
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.upstream, timeout=1800)
@@ -72,10 +86,15 @@ class _Forward(http.server.BaseHTTPRequestHandler):
         started = time.perf_counter()
         upstream.request(self.command, self.path, body=body, headers=headers)
         reply = upstream.getresponse()
-        data = reply.read()  # whole (SSE too): the agents read a finished stream as well
+        data, first_token = b"", None
+        while line := reply.readline():  # whole (SSE too): the agents read a finished stream as well
+            data += line
+            if first_token is None and b"delta" in line and line.startswith(b"data: "):
+                first_token = time.perf_counter() - started  # the first generated text, thinking or call
         if route in ROUTES:
             seconds = time.perf_counter() - started
-            self.server.statuses.append((self.path, reply.status, seconds, prompt_usage(data)))
+            usage = prompt_usage(data)
+            self.server.statuses.append(Turn(self.path, reply.status, seconds, usage, first_token or seconds))
         self.send_response(reply.status)
         for k, v in reply.getheaders():
             if k.lower() not in ("transfer-encoding", "content-length", "connection"):
@@ -137,13 +156,16 @@ def agent_binary(agent: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def agent_command(agent: str, url: str, home: Path, workdir: Path) -> tuple[list[str], dict]:
-    """The CLI's command line and environment: print mode, one prompt, its file tool allowed."""
+def agent_command(
+    agent: str, url: str, home: Path, workdir: Path, turns: int = 3, tools: str | None = "Write"
+) -> tuple[list[str], dict]:
+    """The CLI's command line and environment: print mode, one prompt, its file tool allowed (Claude
+    Code: only ``tools``, or all its default tools for None; at most ``turns`` turns)."""
     env = {**os.environ, "HOME": str(home)}
     if agent == "claude":
         env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="local", DISABLE_TELEMETRY="1", DISABLE_AUTOUPDATER="1")
-        command = [str(agent_binary(agent)), "-p", PROMPT, "--model", "local", "--max-turns", "3"]
-        command += ["--permission-mode", "acceptEdits", "--tools", "Write"]
+        command = [str(agent_binary(agent)), "-p", PROMPT, "--model", "local", "--max-turns", str(turns)]
+        command += ["--permission-mode", "acceptEdits"] + (["--tools", tools] if tools else [])
         return command, env
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
@@ -180,10 +202,17 @@ FIRST_CALL = {"claude": {"type": "tool", "name": "Write"}, "codex": {"type": "fu
 
 
 def record(
-    agent: str, model: str, ctx: int, timeout: float, server_command: list[str] | None = None
-) -> tuple[list[dict], list, str]:
-    """(the bodies the agent posted, each one's status, its output): one run of it, start to end,
-    on ``llama-ffi serve`` (or ``server_command``: llama-server, to compare)."""
+    agent: str,
+    model: str,
+    ctx: int,
+    timeout: float,
+    server_command: list[str] | None = None,
+    forced: int = 1,
+    tools: str | None = "Write",
+) -> tuple[list[dict], list[Turn], str]:
+    """(the bodies the agent posted, each one's ``Turn``, its output): one run of it, start to end,
+    on ``llama-ffi serve`` (or ``server_command``: llama-server, to compare); its first ``forced``
+    turns call its tool. ``tools``: Claude Code's tool list (None: all of its default tools)."""
     port = free_port()
     command = server_command or [sys.executable, "-m", "llama_ffi.server"]
     server = subprocess.Popen(
@@ -192,7 +221,7 @@ def record(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    recorder = Recorder(port, FIRST_CALL[agent])
+    recorder = Recorder(port, FIRST_CALL[agent], forced)
     threading.Thread(target=recorder.serve_forever, daemon=True).start()
     try:
         wait_healthy(port)
@@ -200,7 +229,8 @@ def record(
             home, workdir = Path(scratch) / "home", Path(scratch) / "work"
             home.mkdir()
             workdir.mkdir()
-            command, env = agent_command(agent, f"http://127.0.0.1:{recorder.server_address[1]}", home, workdir)
+            url = f"http://127.0.0.1:{recorder.server_address[1]}"
+            command, env = agent_command(agent, url, home, workdir, forced + 2, tools)
             run = subprocess.run(
                 command, env=env, cwd=workdir, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
             )
@@ -221,23 +251,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the fixtures here (default: only print what was sent)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--llama-server", metavar="PATH", help="run the agent against llama-server instead, to compare")
+    ap.add_argument("--forced", type=int, default=1, help="the first N turns call the agent's tool (default 1)")
+    ap.add_argument("--all-tools", action="store_true", help="Claude Code with its default tools (~12 k tokens)")
     args = ap.parse_args(argv)
     if agent_binary(args.agent) is None:
         print(f"{args.agent} is not installed: pip install 'llama-ffi[agents]'", file=sys.stderr)
         return 2
     server = [args.llama_server, "--no-webui", "--jinja"] if args.llama_server else None
-    bodies, statuses, output = record(args.agent, args.model, args.ctx_size, args.timeout, server)
+    tools = None if args.all_tools else "Write"
+    bodies, statuses, output = record(args.agent, args.model, args.ctx_size, args.timeout, server, args.forced, tools)
     print(output)
-    for (route, status, seconds, usage), sent in zip(statuses, bodies):
-        tokens = f"{usage[0]} prompt tokens, {usage[1]} from the cache" if usage else "no usage"
-        print(status, route, f"{len(json.dumps(sent['body']))} bytes, {seconds:.1f} s, {tokens}")
+    for turn, sent in zip(statuses, bodies):
+        tokens = f"{turn.usage[0]} prompt tokens, {turn.usage[1]} from the cache" if turn.usage else "no usage"
+        size = f"{len(json.dumps(sent['body']))} bytes"
+        print(turn.status, turn.route, f"{size}, first token {turn.first_token:.1f} s, {turn.seconds:.1f} s, {tokens}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         for i, sent in enumerate(bodies):
             path = args.out / f"{args.agent}-{i + 1}.json"
             path.write_text(json.dumps(stand_ins(sent), indent=1, ensure_ascii=False) + "\n")
             print("wrote", path)
-    return 0 if statuses and all(200 <= s[1] < 300 for s in statuses) else 1
+    return 0 if statuses and all(200 <= turn.status < 300 for turn in statuses) else 1
 
 
 if __name__ == "__main__":

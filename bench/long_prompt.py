@@ -1,0 +1,139 @@
+"""The benchmark's long-prompt table, as coding agents send them: a prompt of ``N_LONG`` tokens
+prefilled, ``N_DECODE`` greedy tokens decoded at that depth, and a second request that extends the
+first by ``N_EXTEND`` tokens (the first's tokens from the cache), on ``llama-ffi serve`` and on
+llama-server from the pinned tree with the same model, context, threads and requests
+(``/completion`` with token ids; both report llama-server's ``timings``). Every configuration's
+server is up at once and each repeat's prompt goes to each in turn, so all see the same machine
+speed; each repeat takes a prompt of its own (nothing cached from the repeat before). ``configs``:
+the rows, each a server and its flags (flash attention, KV types)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.common import _median
+
+N_LONG, N_DECODE, N_EXTEND = 12288, 32, 256
+START_S = 300.0
+# Rows: (server, flags). llama-server's defaults against ours, then ours with other attention and
+# KV settings, to set the defaults by the numbers.
+CONFIGS = (
+    ("llama-ffi", ()),
+    ("llama-server", ()),
+    ("llama-ffi", ("-fa", "off")),
+    ("llama-server", ("-fa", "off")),
+    ("llama-ffi", ("-ctk", "q8_0", "-ctv", "q8_0")),
+)
+
+
+class Server:
+    def __init__(self, command: list[str], model: str, threads: int, ctx: int) -> None:
+        from llama_ffi.rpc import free_port
+
+        self.port = free_port()
+        args = ["-m", model, "-t", str(threads), "-c", str(ctx), "-np", "1", "--host", "127.0.0.1"]
+        self.proc = subprocess.Popen(
+            [*command, *args, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        self.close()
+        raise RuntimeError(f"{' '.join(command)} did not start")
+
+    def timings(self, prompt: list[int], n_predict: int) -> dict:
+        body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": True}
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/completion",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=3600) as r:
+            return json.loads(r.read())["timings"]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def long_prompt(n_vocab: int, seed: int, n: int) -> list[int]:
+    """``n`` pseudo-random token ids (no two repeats alike: nothing cached across them)."""
+    return [(i * 7919 + 104729 * seed + 17) % (n_vocab - 1000) + 500 for i in range(n)]
+
+
+def one_round(server: Server, prompt: list[int]) -> dict:
+    first = server.timings(prompt[:N_LONG], N_DECODE)
+    second = server.timings(prompt, 1)
+    return {
+        "prefill_tps": first["prompt_per_second"],
+        "decode_tps": first["predicted_per_second"],
+        "extend_ms": second["prompt_ms"],
+        "extend_n": second["prompt_n"],
+        "share": second["prompt_ms"] / first["prompt_ms"],
+    }
+
+
+def bench(model: str, threads: int, repeats: int, tools: Path | None, configs=CONFIGS) -> list[dict]:
+    from llama_ffi.high import Llama
+
+    with Llama(model, vocab_only=True, progress=False, verbose=False) as vocab:
+        n_vocab = vocab.n_vocab()
+    native = tools / "llama-server" if tools and (tools / "llama-server").is_file() else None
+    commands = {"llama-ffi": [sys.executable, "-m", "llama_ffi.server"]}
+    if native:
+        commands["llama-server"] = [str(native), "--no-webui"]
+    ctx = N_LONG + N_EXTEND + N_DECODE + 64
+    wanted = [(name, flags) for name, flags in configs if name in commands]
+    servers: list[Server] = []
+    try:
+        for name, flags in wanted:  # all up at once (an idle server takes no CPU): rounds alternate
+            servers.append(Server([*commands[name], *flags], model, threads, ctx))
+        runs: list[list[dict]] = [[] for _ in wanted]
+        for seed in range(repeats):
+            prompt = long_prompt(n_vocab, seed, N_LONG + N_EXTEND)
+            for i, server in enumerate(servers):
+                runs[i].append(one_round(server, prompt))
+    finally:
+        for server in servers:
+            server.close()
+    rows = []
+    for (name, flags), results in zip(wanted, runs):
+        row = {"server": name, "flags": " ".join(flags) or "(defaults)", "load": os.getloadavg()[0]}
+        for key in ("prefill_tps", "decode_tps", "extend_ms", "share"):
+            values = [r[key] for r in results]
+            row[key] = (min(values), _median(values), max(values))
+        row["extend_n"] = results[0]["extend_n"]
+        rows.append(row)
+    return rows
+
+
+def long_prompt_table(rows: list[dict]) -> str:
+    def spread(value: tuple, spec: str) -> str:
+        low, mid, high = value
+        return f"{mid:{spec}} ({low:{spec}}–{high:{spec}})"
+
+    lines = [
+        f"## Long prompts: {N_LONG} tokens prefilled, {N_DECODE} decoded at that depth, then {N_EXTEND} more "
+        "(median, min–max)",
+        "",
+        "| server | flags | prefill t/s | decode t/s at depth | extension: prompt ms (tokens) | of the first's time |"
+        " load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['server']} | {r['flags']} | {spread(r['prefill_tps'], '.0f')} | {spread(r['decode_tps'], '.1f')} "
+            f"| {spread(r['extend_ms'], '.0f')} ({r['extend_n']}) | {spread(r['share'], '.1%')} | {r['load']:.2f} |"
+        )
+    return "\n".join(lines)
