@@ -528,8 +528,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--long",
         action="store_true",
-        help="add the long-prompt table: a 12 k-token prompt's prefill, decoding at that depth and an "
+        help="add the long-prompt table: a 7.7 k-token prompt's prefill, decoding at that depth and an "
         "extending request, on llama-ffi serve and llama-server (flash attention and KV types too)",
+    )
+    ap.add_argument(
+        "--thread-pool",
+        nargs=2,
+        metavar="LIB_DIR",
+        help="add the thread-pool table: llama-ffi on two builds of llama.cpp's libraries (e.g. OpenMP and "
+        "ggml's own pool), alone, oversubscribed and beside a busy process",
     )
     ap.add_argument(
         "--agents",
@@ -602,6 +609,11 @@ def main(argv: list[str] | None = None) -> int:
         bench_bin = find_llama_bench(args.llama_bench)
         rows = long_prompt.bench(args.model, args.threads, args.repeats, bench_bin and bench_bin.parent)
         print(long_prompt.long_prompt_table(rows))
+    if args.thread_pool:
+        from bench import thread_pool
+
+        rows = thread_pool.bench(args.model, args.threads, args.repeats, [Path(d) for d in args.thread_pool])
+        print(thread_pool.thread_pool_table(rows))
     if args.agents:
         from bench import agents
 

@@ -82,6 +82,12 @@ def cmake_args(tree: Tree) -> list[str]:
         # ggml's RPC backend (small): models spread over `rpc-server` workers on other machines.
         "-DGGML_RPC=ON",
         f"-DGGML_NATIVE={'OFF' if portable() else 'ON'}",
+        # The thread pool stays GCC's OpenMP (llama.cpp's default where the compiler has it), by
+        # measurement (python -m bench --thread-pool, SmolLM2 Q4_1, Intel Xeon with AMX, 2 cores,
+        # 3 alternated rounds): against ggml's own pool, prompt 1.41x (263 / 186 t/s), generation
+        # and 8 sequences within noise (own pool 0.94-1.09x); with 4 threads on the 2 cores,
+        # ggml's pool stalled in every run (past 240 s) where OpenMP kept 253 / 54 / 82 t/s.
+        # CMAKE_ARGS=-DGGML_OPENMP=OFF builds the other (the Zig-built wheel's pool is ggml's).
         f"-DLLAMA_BUILD_NUMBER={tree.build_number}",
         f"-DLLAMA_BUILD_COMMIT={tree.commit[:12]}",
         # One plain file per library, found next to each other through $ORIGIN.
