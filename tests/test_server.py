@@ -465,6 +465,19 @@ def test_slots_and_metrics(server, client):
     assert any(s["n_cached_tokens"] > 0 for s in slots(server))
 
 
+def test_timings_split_the_time_at_the_first_token(server):
+    """Tokens a greedy run decodes several at a time still count from the first one's time: the
+    generation's share is its own, not squashed into an instant at the end."""
+    wait_idle(server)
+    body = {"prompt": PROMPT, "n_predict": 32, "ignore_eos": True, "temperature": 0, "cache_prompt": False}
+    started = time.perf_counter()
+    timings = httpx.post(server.url + "/completion", json=body, timeout=60).json()["timings"]
+    wall_ms = (time.perf_counter() - started) * 1e3
+    assert timings["predicted_n"] == 32
+    assert 0.25 * wall_ms < timings["predicted_ms"] < wall_ms, (timings, wall_ms)
+    assert timings["prompt_ms"] + timings["predicted_ms"] < 1.05 * wall_ms
+
+
 def test_metrics_count_llama_servers_own_routes_as_it_does(server):
     wait_idle(server)
     before = {n: metric(server, n) for n in ("tokens_predicted_total", "prompt_tokens_total", "n_decode_total")}

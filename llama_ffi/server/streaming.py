@@ -29,8 +29,9 @@ class Clock:
         if self.first is None:
             self.first = time.perf_counter()
 
-    def timings(self, n_prompt: int, n_predicted: int, cached: int) -> dict:
-        first = self.first or time.perf_counter()
+    def timings(self, n_prompt: int, n_predicted: int, cached: int, first_at: float | None = None) -> dict:
+        """``first_at``: when the engine produced the first token (a reader may see several at once)."""
+        first = first_at or self.first or time.perf_counter()
         return timings(
             cached, n_prompt - cached, (first - self.start) * 1e3, n_predicted, (time.perf_counter() - first) * 1e3
         )

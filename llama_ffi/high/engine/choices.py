@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 import numpy as np
 
@@ -57,6 +58,7 @@ class Choice:
     history: list[int] = dataclasses.field(default_factory=list)  # prompt + generated
     slot: object | None = None
     produced: int = 0
+    first_token_at: float | None = None  # perf_counter() when its first token came (timings)
     finish_reason: str | None = None
     output: int = NO_OUTPUT  # batch index of its logits after the step (-1: the last), or NO_OUTPUT
     next_token: int = -1  # sampled, to be decoded at the next step
@@ -176,6 +178,8 @@ def accept(
         c.finish_reason = "stop"
         return None
     c.produced += 1
+    if c.produced == 1:
+        c.first_token_at = time.perf_counter()
     text, stopped = c.matcher.feed(c.stream.push(piece(token)))
     event = Event(token, text)
     if lp is not None:

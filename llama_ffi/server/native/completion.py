@@ -85,7 +85,7 @@ def final(llm, call_, choice, body: NativeRequest, model: str, clock: Clock, str
         "stop_type": stop_type(choice),
         "stopping_word": choice.matcher.matched or "",
         "tokens_cached": n_prompt + choice.produced,
-        "timings": clock.timings(n_prompt, choice.produced, group.cached),
+        "timings": clock.timings(n_prompt, choice.produced, group.cached, choice.first_token_at),
     }
     if body.n_probs and not streamed:
         out["completion_probabilities"] = [
