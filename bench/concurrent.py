@@ -92,6 +92,19 @@ def batched_bench(binary: Path, model: str, threads: int, n: int) -> float:
     return float(batched_bench_row(binary, model, threads, N_PROMPT, N_GEN, n, REQUEST_S)["t"])
 
 
+def healthy_within(port: int, seconds: float) -> bool:
+    """Whether the server on 127.0.0.1:``port`` answers ``/health`` with 200 within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
 class HttpServer:
     """A server process on 127.0.0.1 (llama-server, or ``llama-ffi serve``) with ``n`` slots and the
     batched tables' context and batch sizes, answering ``/v1/completions`` of ``N_GEN`` greedy
@@ -124,16 +137,9 @@ class HttpServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + SERVER_START_S
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        self.close()
-        raise RuntimeError(f"{command[0]} did not start")
+        if not healthy_within(self.port, SERVER_START_S):
+            self.close()
+            raise RuntimeError(f"{command[0]} did not start")
 
     def complete(self, prompt: list[int]) -> None:
         body = json.dumps(

@@ -13,12 +13,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from bench.common import _median
+from bench.concurrent import healthy_within
 
 # 7,680 tokens: the most that fits SmolLM2's 8 k training length (llama-server caps a slot there)
 # with the extension and the decoded tokens; agents' first prompts are 7-12 k tokens.
@@ -44,16 +44,9 @@ class Server:
         self.proc = subprocess.Popen(
             [*command, *args, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        self.close()
-        raise RuntimeError(f"{' '.join(command)} did not start")
+        if not healthy_within(self.port, START_S):
+            self.close()
+            raise RuntimeError(f"{' '.join(command)} did not start")
 
     def timings(self, prompt: list[int], n_predict: int) -> dict:
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": True}
