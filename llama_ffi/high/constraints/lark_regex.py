@@ -55,9 +55,8 @@ _TOKEN = re.compile(
 
 @dataclass
 class _Rule:
-    name: str
     alternatives: list  # token lists, one per alternative
-    terminal: bool
+    terminal: bool  # a terminal's definition (an uppercase name): no %ignore gaps inside it
 
 
 @dataclass
@@ -122,7 +121,7 @@ def _parse(grammar: str, what: str) -> _Grammar:
         if not body or body[0] != ("op", ":"):
             raise ConstraintError(f"{what}: expected ':' after {name!r}")
         alternatives = _alternatives(body[1:])
-        parsed.rules[name] = _Rule(name.lstrip("_"), alternatives, name.lstrip("_")[:1].isupper())
+        parsed.rules[name] = _Rule(alternatives, name.lstrip("_")[:1].isupper())
     return parsed
 
 
@@ -148,7 +147,7 @@ def _directive(parsed: _Grammar, text: str, args: list[tuple[str, str]], what: s
             parsed.ignored.append(args[0][1])
         else:
             name = f"IGNORED_{len(parsed.ignored)}"
-            parsed.rules[name] = _Rule(name, [args], True)
+            parsed.rules[name] = _Rule([args], True)
             parsed.ignored.append(name)
     elif text == "%import":
         _import(parsed, args, what)
@@ -168,7 +167,7 @@ def _import(parsed: _Grammar, args: list[tuple[str, str]], what: str) -> None:
     for name, alias in names:
         if name not in COMMON:
             raise ConstraintError(f"{what}: common.{name} cannot be imported here")
-        parsed.rules[alias or name] = _Rule(alias or name, [[("regex", f"/{COMMON[name]}/")]], True)
+        parsed.rules[alias or name] = _Rule([[("regex", f"/{COMMON[name]}/")]], True)
 
 
 class _Inliner:
