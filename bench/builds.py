@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from bench.common import N_PROMPT, _median
+from bench.common import N_PROMPT, median
 
 # Run in each interpreter: the same tests the main table runs, with that interpreter's llama-ffi.
 _PROBE = """
@@ -46,13 +46,13 @@ def bench(model: str, threads: int, repeats: int, other_python: str) -> list[dic
                 "python": python,
                 "where": results[0]["where"],
                 "variant": results[0]["variant"],
-                "pp_tps": _median([r["pp"] for r in results]),
-                "tg_tps": _median([r["tg"] for r in results]),
-                "overhead_ms": _median([r["overhead"] for r in results]),
+                "pp_tps": median([r["pp"] for r in results]),
+                "tg_tps": median([r["tg"] for r in results]),
+                "overhead_ms": median([r["overhead"] for r in results]),
             }
         )
-    rows[1]["pp_ratio"] = _median([o["pp"] / t["pp"] for o, t in zip(other, this)])
-    rows[1]["tg_ratio"] = _median([o["tg"] / t["tg"] for o, t in zip(other, this)])
+    rows[1]["pp_ratio"] = median([o["pp"] / t["pp"] for o, t in zip(other, this)])
+    rows[1]["tg_ratio"] = median([o["tg"] / t["tg"] for o, t in zip(other, this)])
     return rows
 
 

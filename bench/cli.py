@@ -27,11 +27,11 @@ from bench.common import (
     N_GEN,
     N_PROMPT,
     PROMPT_SIZES,
-    _median,
     _peak_rss_mb,
     ffi_generation_test,
     ffi_prompt_test,
     find_llama_bench,
+    median,
     native_test,
 )
 
@@ -57,22 +57,22 @@ def bench_generation(model: str, threads: int, repeats: int, binary: Path | None
             ffi[key].append(value)
     row = {
         "name": "llama-ffi",
-        "load_s": _median(ffi["load"]),
-        "pp_tps": _median(ffi["pp"]),
-        "tg_tps": _median(ffi["tg"]),
-        "overhead_ms": _median(ffi["overhead"]),
+        "load_s": median(ffi["load"]),
+        "pp_tps": median(ffi["pp"]),
+        "tg_tps": median(ffi["tg"]),
+        "overhead_ms": median(ffi["overhead"]),
         "rss_mb": _peak_rss_mb(),
         "note": "",
         "prompt": prompt,
     }
     if not binary:
         return row, None
-    row["tg_ratio"] = _median([f / n for f, n in zip(ffi["tg"], native["tg"])])
+    row["tg_ratio"] = median([f / n for f, n in zip(ffi["tg"], native["tg"])])
     native_row = {
         "name": "llama.cpp llama-bench",
         "load_s": float("nan"),
-        "pp_tps": _median(prompt[N_PROMPT]["native"]),
-        "tg_tps": _median(native["tg"]),
+        "pp_tps": median(prompt[N_PROMPT]["native"]),
+        "tg_tps": median(native["tg"]),
         "overhead_ms": 0.0,
         "rss_mb": _peak_rss_mb(resource.RUSAGE_CHILDREN),
         "note": "",
@@ -108,16 +108,16 @@ def bench_llama_cpp_python(model: str, threads: int, repeats: int) -> dict | Non
         llm.close()
     return {
         "name": f"llama-cpp-python {llama_cpp.__version__}",
-        "load_s": _median(loads),
-        "pp_tps": _median(pps),
-        "tg_tps": _median(tgs),
+        "load_s": median(loads),
+        "pp_tps": median(pps),
+        "tg_tps": median(tgs),
         "overhead_ms": float("nan"),
         "rss_mb": _peak_rss_mb(),
         "note": "in-process after llama-ffi: RSS is the max of both",
     }
 
 
-def _texts(n: int, words: int) -> list[str]:
+def sample_texts(n: int, words: int) -> list[str]:
     vocab = (
         "river stone light quiet market garden signal paper winter engine silver forest "
         "window harbor letter orange thunder music"
@@ -134,54 +134,39 @@ def bench_embeddings_ffi(model: str, threads: int, repeats: int) -> list[dict]:
     rows = []
     with LlamaEmbedding(model, n_threads=threads, n_threads_batch=threads) as emb:
         for label, n, words in EMBEDDING_SETS:
-            texts = _texts(n, words)
+            texts = sample_texts(n, words)
             n_tokens = sum(len(emb.tokenize(t)) for t in texts)
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 emb.embed(texts)
                 times.append(time.perf_counter() - t0)
-            t = _median(times)
+            t = median(times)
             rows.append({"name": "llama-ffi", "set": label, "texts_s": n / t, "tokens_s": n_tokens / t})
     return rows
 
 
+def embedding_seconds(binary: Path, model: str, threads: int, texts: list[str]) -> float:
+    """Wall seconds of one llama-embedding run over ``texts`` (one per line), its model load included."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+        f.write("\n".join(texts))
+        f.flush()
+        t0 = time.perf_counter()
+        command = [str(binary), "-m", model, "-t", str(threads), "-b", "2048", "-ub", "2048"]
+        command += ["--embd-output-format", "array", "-f", f.name]
+        subprocess.run(command, capture_output=True, check=True)
+        return time.perf_counter() - t0
+
+
 def bench_embeddings_native(binary: Path, model: str, threads: int) -> list[dict]:
-    """llama-embedding over the same texts (one per line); its model load is timed apart with a
-    one-text run and subtracted, so the figure is comparable with the in-process ones."""
+    """llama-embedding over the same texts; its model load is timed apart with a one-text run and
+    subtracted, so the figure is comparable with the in-process ones."""
     rows = []
-
-    def run(texts: list[str]) -> float:
-        import tempfile
-
-        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-            f.write("\n".join(texts))
-            f.flush()
-            t0 = time.perf_counter()
-            subprocess.run(
-                [
-                    str(binary),
-                    "-m",
-                    model,
-                    "-t",
-                    str(threads),
-                    "-b",
-                    "2048",
-                    "-ub",
-                    "2048",
-                    "--embd-output-format",
-                    "array",
-                    "-f",
-                    f.name,
-                ],
-                capture_output=True,
-                check=True,
-            )
-            return time.perf_counter() - t0
-
-    base = run(["x"])
+    base = embedding_seconds(binary, model, threads, ["x"])
     for label, n, words in EMBEDDING_SETS:
-        t = max(run(_texts(n, words)) - base, 1e-9)
+        t = max(embedding_seconds(binary, model, threads, sample_texts(n, words)) - base, 1e-9)
         rows.append({"name": "llama.cpp llama-embedding", "set": label, "texts_s": n / t, "tokens_s": float("nan")})
     return rows
 
@@ -196,7 +181,7 @@ def bench_embeddings_llama_cpp_python(model: str, threads: int, repeats: int) ->
         model, embedding=True, n_threads=threads, n_threads_batch=threads, verbose=False, n_ctx=512, n_batch=512
     )
     for label, n, words in EMBEDDING_SETS:
-        texts = _texts(n, words)
+        texts = sample_texts(n, words)
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -206,7 +191,7 @@ def bench_embeddings_llama_cpp_python(model: str, threads: int, repeats: int) ->
             {
                 "name": f"llama-cpp-python {llama_cpp.__version__}",
                 "set": label,
-                "texts_s": n / _median(times),
+                "texts_s": n / median(times),
                 "tokens_s": float("nan"),
             }
         )
@@ -285,10 +270,10 @@ def bench_speculative(model: str, threads: int, repeats: int, draft_model: str |
     )
     for r in rows:  # speedups: medians of the ratios within a repeat (same machine speed)
         plain = runs[("plain", r["prompt"])]
-        r["tps"] = _median(r["rates"])
-        r["speedup"] = _median([a / b for a, b in zip(r["rates"], plain["rates"])])
-        r["decode_tps"] = _median(r["decode_rates"])
-        r["decode_speedup"] = _median([a / b for a, b in zip(r["decode_rates"], plain["decode_rates"])])
+        r["tps"] = median(r["rates"])
+        r["speedup"] = median([a / b for a, b in zip(r["rates"], plain["rates"])])
+        r["decode_tps"] = median(r["decode_rates"])
+        r["decode_speedup"] = median([a / b for a, b in zip(r["decode_rates"], plain["decode_rates"])])
         r["identical"] = r["text"] == plain["text"]
     return rows
 
@@ -324,7 +309,7 @@ def _native_plain_rate(completion: Path, model: str, threads: int, prompt_file: 
     return float(re.search(r"([0-9.]+) tokens per second", line).group(1))
 
 
-def _native_spec_run(
+def native_spec_run(
     speculative: Path, model: str, threads: int, prompt_file: str, spec_type: str
 ) -> tuple[float, int, int]:
     """(decode tokens/s, drafted, accepted) of one llama-speculative-simple run."""
@@ -352,7 +337,7 @@ def bench_speculative_native(tools: Path, model: str, threads: int, repeats: int
             for _ in range(repeats):
                 plain.append(_native_plain_rate(completion, model, threads, prompt_file))
                 for name, spec_type in NATIVE_SPEC_TYPES.items():
-                    runs[name].append(_native_spec_run(speculative, model, threads, prompt_file, spec_type))
+                    runs[name].append(native_spec_run(speculative, model, threads, prompt_file, spec_type))
             for name, results in runs.items():
                 _, drafted, accepted = results[-1]
                 stats = SpeculativeStats(type=name, drafted_tokens=drafted, accepted_tokens=accepted)
@@ -362,8 +347,8 @@ def bench_speculative_native(tools: Path, model: str, threads: int, repeats: int
                         "prompt": label,
                         "tps": None,
                         "speedup": None,
-                        "decode_tps": _median([r[0] for r in results]),
-                        "decode_speedup": _median([r[0] / p for r, p in zip(results, plain)]),
+                        "decode_tps": median([r[0] for r in results]),
+                        "decode_speedup": median([r[0] / p for r, p in zip(results, plain)]),
                         "stats": stats,
                         "identical": None,
                     }
@@ -432,11 +417,11 @@ def prompt_table(prompt: dict) -> str:
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for n, runs in prompt.items():
-        ratio = _median([w / b for w, b in zip(runs["warm"], runs["native"])]) if runs["native"] else float("nan")
-        cold_cost = _median([c / w for c, w in zip(runs["cold"], runs["warm"])])
+        ratio = median([w / b for w, b in zip(runs["warm"], runs["native"])]) if runs["native"] else float("nan")
+        cold_cost = median([c / w for c, w in zip(runs["cold"], runs["warm"])])
         out.append(
-            f"| {n} | {_median(runs['native']):.1f} | {_median(runs['cold']):.1f} | "
-            f"{_median(runs['warm']):.1f} | {ratio:.3f} | {cold_cost:.3f} |"
+            f"| {n} | {median(runs['native']):.1f} | {median(runs['cold']):.1f} | "
+            f"{median(runs['warm']):.1f} | {ratio:.3f} | {cold_cost:.3f} |"
         )
     return "\n".join(out)
 
@@ -445,6 +430,26 @@ def _tools(bench_bin: Path | None) -> Path | None:
     """The folder of llama.cpp's tools: llama-bench's, else the reference build's."""
     reference = Path("build/llama.cpp-reference/bin")
     return bench_bin.parent if bench_bin else reference if reference.is_dir() else None
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    from bench import summary
+
+    tools = _tools(find_llama_bench(args.llama_bench))
+    if tools is None:
+        print("llama.cpp's tools not found (python -m tools.native_build --reference)", file=sys.stderr)
+        return 2
+    load_before = os.getloadavg()[0]
+    rows = summary.bench(args.model, args.threads, args.repeats, tools, args.embedding_model)
+    heading = (
+        f"{Path(args.model).name}, {args.threads} threads, {args.repeats} rounds, {os.cpu_count()} CPUs, "
+        f"load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+    )
+    print(f"## Summary: {summary.cpu_name()}\n\n{heading}\n\n{summary.summary_table(rows)}")
+    if args.plots:
+        for path in summary.write(rows, Path(args.plots), heading):
+            print(f"wrote {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -550,6 +555,15 @@ def main(argv: list[str] | None = None) -> int:
         help="JSONSchemaBench's maskbench/data (not shipped): schemas compiled, passing, invalid instances "
         "accepted and the mask's time per token, on the model's vocabulary",
     )
+    ap.add_argument(
+        "--summary",
+        action="store_true",
+        help="print only the summary: every figure users wait for beside llama.cpp's tools, min/median/max, "
+        "with the load average (bench.summary)",
+    )
+    ap.add_argument(
+        "--plots", metavar="DIR", help="with --summary: write its JSON and chart there (pip install 'llama-ffi[bench]')"
+    )
     args = ap.parse_args(argv)
     from llama_ffi import registry
 
@@ -559,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         f"model {args.model}, {args.threads} threads, {args.repeats} repeats, "
         f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()}"
     )
+    if args.summary:
+        return run_summary(args)
     if args.embedding_model:
         erows = bench_embeddings_ffi(args.embedding_model, args.threads, args.repeats)
         erows += bench_embeddings_llama_cpp_python(args.embedding_model, args.threads, args.repeats)

@@ -17,7 +17,7 @@ N_PROMPT, N_GEN = 256, 128
 PROMPT_SIZES = (256, 512)  # the prompt table: llama-bench's pp256 and pp512
 
 
-def _median(xs: list[float]) -> float:
+def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 

@@ -19,10 +19,10 @@ from bench.common import (
     BATCHED_BATCH,
     BATCHED_CTX,
     BATCHED_UBATCH,
-    _median,
     batched_bench_row,
     batched_llama,
     eog_ban,
+    median,
     paired_runs,
 )
 
@@ -165,7 +165,7 @@ def timed_server(server: HttpServer, n_vocab: int, n: int, repeats: int) -> floa
     """Median wall seconds of ``n`` concurrent clients, after one warm-up request; then stopped."""
     try:
         server.complete(prompts(n_vocab, 1)[0])  # warm-up
-        return _median(
+        return median(
             [run_threads([lambda p=p: server.complete(p) for p in prompts(n_vocab, n)]) for _ in range(repeats)]
         )
     finally:
@@ -212,9 +212,9 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> tuple[l
             rows.append(
                 {
                     "callers": n,
-                    "ffi_s": _median(mine),
-                    "asyncio_s": _median([ours_asyncio(llm, n, ban) for _ in range(repeats)]),
-                    "batched_s": _median(native),
+                    "ffi_s": median(mine),
+                    "asyncio_s": median([ours_asyncio(llm, n, ban) for _ in range(repeats)]),
+                    "batched_s": median(native),
                     "server_s": server_run(server, model, threads, n, llm.n_vocab(), repeats)
                     if server
                     else float("nan"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.common import _median, batched_llama, eog_ban
+from bench.common import batched_llama, eog_ban, median
 from bench.concurrent import N_GEN, HttpServer, prompts, run_threads
 
 SEQUENCES = (1, 8)
@@ -66,7 +66,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[di
             for _ in range(repeats):
                 plain.append(in_process(llm, n, ban, None))
                 constrained.append(in_process(llm, n, ban, grammar))
-        row.update(plain=_median(plain), constrained=_median(constrained))
+        row.update(plain=median(plain), constrained=median(constrained))
         row.update(native_plain=float("nan"), native_constrained=float("nan"))
         if native:
             server = HttpServer([str(native), "--no-webui", "-kvu"], model, threads, n)
@@ -78,7 +78,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[di
                     constrained.append(over_http(server, n, n_vocab, SCHEMA))
             finally:
                 server.close()
-            row.update(native_plain=_median(plain), native_constrained=_median(constrained))
+            row.update(native_plain=median(plain), native_constrained=median(constrained))
         rows.append(row)
     return rows
 

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench.common import _median
+from bench.common import median
 from bench.concurrent import healthy_within
 
 # 7,680 tokens: the most that fits SmolLM2's 8 k training length (llama-server caps a slot there)
@@ -109,9 +109,9 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None, configs=CO
     rows = []
     for (name, flags), results in zip(wanted, runs):
         row = {"server": name, "flags": " ".join(flags) or "(defaults)", "load": os.getloadavg()[0]}
-        for key in ("prefill_tps", "decode_tps", "extend_ms", "share"):
-            values = [r[key] for r in results]
-            row[key] = (min(values), _median(values), max(values))
+        row["samples"] = {key: [r[key] for r in results] for key in ("prefill_tps", "decode_tps", "extend_ms", "share")}
+        for key, values in row["samples"].items():
+            row[key] = (min(values), median(values), max(values))
         row["extend_n"] = results[0]["extend_n"]
         rows.append(row)
     return rows

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import _median
+from bench.common import median
 
 QUESTION = "Describe."
 _ENCODE = re.compile(r"batch encoding done in (\d+) ms")
@@ -85,12 +85,12 @@ def bench(model: str, mmproj: str, image: str, threads: int, repeats: int, cli: 
             rows.append(
                 {
                     "name": name,
-                    "encode_ms": _median([r[0] for r in runs[key]]),
-                    "prompt_tps": _median([r[1] for r in runs[key]]),
+                    "encode_ms": median([r[0] for r in runs[key]]),
+                    "prompt_tps": median([r[1] for r in runs[key]]),
                 }
             )
     if runs["native"]:  # native encode time over ours: above 1 is faster than llama-mtmd-cli
-        rows[-1]["ratio"] = _median([n[0] / f[0] for f, n in zip(runs["ffi"], runs["native"])])
+        rows[-1]["ratio"] = median([n[0] / f[0] for f, n in zip(runs["ffi"], runs["native"])])
     return rows
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.common import _median, batched_bench_row, batched_llama, eog_ban, paired_runs
+from bench.common import batched_bench_row, batched_llama, eog_ban, median, paired_runs
 
 SEQUENCES = (1, 2, 4, 8, 16)
 N_PROMPT, N_GEN = 32, 128
@@ -40,9 +40,9 @@ def bench(model: str, threads: int, repeats: int, batched_bench: Path | None) ->
         return [
             {
                 "n_seq": n_seq,
-                "ffi": _median(mine),
-                "native": _median(theirs),
-                "ratio": _median([m / t for m, t in zip(mine, theirs)]) if theirs else float("nan"),
+                "ffi": median(mine),
+                "native": median(theirs),
+                "ratio": median([m / t for m, t in zip(mine, theirs)]) if theirs else float("nan"),
             }
             for n_seq, mine, theirs in runs
         ]

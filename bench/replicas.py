@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.common import _median
+from bench.common import median
 from bench.concurrent import HttpServer, prompts, run_threads
 
 CLIENTS = (4, 8)
@@ -21,7 +21,7 @@ def _time(command: list[str], model: str, threads: int, slots: int, n: int, repe
     try:
         requests = prompts(32000, n)  # token ids below every small model's vocabulary
         server.complete(requests[0])  # warm-up (and both replicas loaded)
-        return _median([run_threads([lambda p=p: server.complete(p) for p in requests]) for _ in range(repeats)])
+        return median([run_threads([lambda p=p: server.complete(p) for p in requests]) for _ in range(repeats)])
     finally:
         server.close()
 

@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import _median
+from bench.common import median
 from bench.concurrent import HttpServer
 
 REQUESTS = 40  # per turn
@@ -50,7 +50,7 @@ def bench(model: str, threads: int, repeats: int) -> dict:
         finally:
             alone.close()
             routed.close()
-    return {"single_ms": _median(single), "router_ms": _median(router), "requests": len(single)}
+    return {"single_ms": median(single), "router_ms": median(router), "requests": len(single)}
 
 
 def router_table(row: dict) -> str:

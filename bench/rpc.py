@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import N_GEN, N_PROMPT, _median, ffi_generation_test, ffi_prompt_test, native_test
+from bench.common import N_GEN, N_PROMPT, ffi_generation_test, ffi_prompt_test, median, native_test
 from llama_ffi import rpc
 
 
@@ -57,9 +57,9 @@ def bench(model: str, threads: int, repeats: int, llama_bench: Path | None) -> l
             rows.append(
                 {
                     "name": names[key],
-                    "pp": _median(r["pp"]),
-                    "tg": _median(r["tg"]),
-                    "tg_vs_local": _median([t / here for t, here in zip(r["tg"], runs["local"]["tg"])]),
+                    "pp": median(r["pp"]),
+                    "tg": median(r["tg"]),
+                    "tg_vs_local": median([t / here for t, here in zip(r["tg"], runs["local"]["tg"])]),
                 }
             )
     return rows

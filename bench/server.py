@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.common import _median, batched_llama, eog_ban
+from bench.common import batched_llama, eog_ban, median
 from bench.concurrent import CALLERS, N_GEN, HttpServer, in_asyncio, prompts, run_threads
 
 
@@ -31,7 +31,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[di
             row = {
                 "clients": n,
                 "native_s": float("nan"),
-                "in_process_s": _median([in_asyncio(llm, n, ban) for _ in range(repeats)]),
+                "in_process_s": median([in_asyncio(llm, n, ban) for _ in range(repeats)]),
             }
         servers = {}
         try:
@@ -42,7 +42,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None) -> list[di
             for _ in range(repeats):
                 for key, server in servers.items():
                     times[key].append(run_threads([lambda p=p, s=server: s.complete(p) for p in prompts(n_vocab, n)]))
-            row.update({key: _median(t) for key, t in times.items()})
+            row.update({key: median(t) for key, t in times.items()})
         finally:
             for server in servers.values():
                 server.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from bench.common import _median
+from bench.common import median
 from bench.concurrent import run_threads
 
 CALLERS = (1, 2, 4, 8)
@@ -55,8 +55,8 @@ def bench(
             {
                 "engine": name,
                 "callers": n,
-                "tps": _median(values),
-                "speedup": _median([a / b for a, b in zip(values, plain)]),
+                "tps": median(values),
+                "speedup": median([a / b for a, b in zip(values, plain)]),
             }
         )
     return sorted(rows, key=lambda r: (r["callers"], list(configs).index(r["engine"])))

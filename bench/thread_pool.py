@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import _median
+from bench.common import median
 
 _PROBE = """
 import json, sys
@@ -89,9 +89,9 @@ def bench(model: str, threads: int, repeats: int, lib_dirs: list[Path]) -> list[
             row = {"libraries": str(lib_dir), "scenario": scenario, "threads": n_threads}
             for key in ("pp", "tg", "c8"):
                 values = [r[key] for r in results]
-                row[key] = (min(values), _median(values), max(values))
+                row[key] = (min(values), median(values), max(values))
                 ratios = [r[key] / f[key] if f[key] else float("inf") for r, f in zip(results, first)]
-                row[key + "_ratio"] = _median(ratios)
+                row[key + "_ratio"] = median(ratios)
             row["load"] = os.getloadavg()[0]
             rows.append(row)
     return rows

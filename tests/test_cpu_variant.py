@@ -1,7 +1,7 @@
 """``LLAMA_FFI_CPU_VARIANT``: the CPU backend at another x86 level, here ggml's ``haswell`` (AVX2
 without AVX-512), built by ``python -m tools.native_build --cpu-variant haswell`` (the CPU library
 alone: about 30 seconds on 2 cores). The whole suite runs at that level with
-``LLAMA_FFI_CPU_VARIANT=haswell python -m pytest -q tests`` (README, *Tests on other CPUs*); these
+``LLAMA_FFI_CPU_VARIANT=haswell python -m pytest -q tests`` (docs/testing.md); these
 tests check the switch itself."""
 
 from __future__ import annotations

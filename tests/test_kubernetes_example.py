@@ -1,4 +1,4 @@
-"""docs/kubernetes.yaml, the README's replicas example, stays true: valid YAML of the objects it
+"""docs/kubernetes.yaml, the replicas example of docs/scale-out.md, stays true: valid YAML of the objects it
 names, a container command that llama-ffi's own parser takes (a misspelt flag fails here), readiness
 on /health at the port the server listens on, /metrics switched on where Prometheus is told to
 scrape it, and a non-loopback address only with API keys."""

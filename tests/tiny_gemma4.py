@@ -1,5 +1,5 @@
 """A tiny Gemma 4 projector (vision and audio) with seeded random weights, converted by the pinned
-tree's own ``convert_hf_to_gguf.py --mmproj`` from a transformers config (FIXTURES.md). mtmd checks
+tree's own ``convert_hf_to_gguf.py --mmproj`` from a transformers config (docs/fixtures.md). mtmd checks
 only the output width against the text model: 576 pairs it with SmolLM2 (whose Q4_1 kernels give
 the same logits whatever the batch shape, so a cache reused or evaluated afresh must agree), 640
 with gemma-3-270m. llama-mtmd-cli is the oracle."""

@@ -1,4 +1,4 @@
-"""Tiny Qwen multimodal fixtures with seeded random weights (FIXTURES.md):
+"""Tiny Qwen multimodal fixtures with seeded random weights (docs/fixtures.md):
 
 - projectors built in transformers from tiny configs and converted by the pinned tree's own
   ``convert_hf_to_gguf.py --mmproj`` (no tokenizer needed): Qwen2.5-VL, Qwen3-VL, Qwen3-ASR;
@@ -134,7 +134,7 @@ def write_qwen25vl_mmproj(path: Path, tree: Path, seed: int = 0) -> Path:
     if path.is_file():
         return path
     torch.manual_seed(seed)
-    # 3 blocks: the converter maps merger.mlp.2 through the block table (FIXTURES.md)
+    # 3 blocks: the converter maps merger.mlp.2 through the block table (docs/fixtures.md)
     vision = dict(
         depth=3,
         hidden_size=32,
