@@ -70,7 +70,7 @@ def files(smollm2_path, tree, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def server_url(smollm2_path):
-    with ServerProcess(smollm2_path, "-c", "2048", "-np", "2") as server:
+    with ServerProcess(smollm2_path, "-c", "2048", "-np", "2", "--metrics") as server:
         yield server.url
 
 
