@@ -13,7 +13,7 @@ from llama_ffi._logging import capture_errors, reason
 from llama_ffi.high._checks import flag, integer, number
 from llama_ffi.high.errors import RequestValueError
 from llama_ffi.high.model import Model
-from llama_ffi.high.threads import default_threads
+from llama_ffi.high.threads import capped, default_threads
 
 DECODE_NO_KV_SLOT = 1
 DECODE_ABORTED = 2
@@ -91,10 +91,14 @@ class ContextParams:
             cp.moe_cache_size = integer("moe_cache_size", self.moe_cache_size, 0, 2**63 - 1)
         if self.n_threads is None:
             cp.n_threads = default_threads()
+        else:
+            cp.n_threads = capped("n_threads", cp.n_threads)
         if self.n_threads_batch is None:
             # llama.cpp's tools (common's -tb) batch with the -t threads unless told; the bare
             # struct's default (GGML_DEFAULT_N_THREADS) would oversubscribe a small machine.
             cp.n_threads_batch = cp.n_threads
+        else:
+            cp.n_threads_batch = capped("n_threads_batch", cp.n_threads_batch)
         if self.n_seq_max is not None:  # llama.cpp aborts above its internal LLAMA_MAX_SEQ (256)
             integer("n_seq_max", self.n_seq_max, 1, MAX_SEQUENCES)
         for name in ("rope_freq_base", "rope_freq_scale", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"):

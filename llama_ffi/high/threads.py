@@ -1,10 +1,16 @@
 """How many CPU threads a context uses when the caller does not say: one per physical core this
 process may run on, which is what llama.cpp's own tools choose (common's ``cpu_get_num_math``).
 The bare ``llama_context_params`` default (GGML_DEFAULT_N_THREADS, 4) oversubscribes a 2-core
-machine: measured on SmolLM2 here, 48 tokens/s against 91 with 2 threads."""
+machine: measured on SmolLM2 here, 48 tokens/s against 91 with 2 threads.
+
+A count the caller gives is capped at the CPUs this process may use (``usable_threads``): ggml's
+threads meet at spinning barriers every operation, so a thread beyond the CPUs waits for a time
+slice at each one. Measured on 2 cores with 4 threads: ggml's own pool (the portable wheel's)
+stalled for minutes per request, OpenMP's generation fell to 0.64x."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from functools import cache
@@ -12,6 +18,7 @@ from pathlib import Path
 
 CPU_SYSFS = Path("/sys/devices/system/cpu")
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+log = logging.getLogger("llama_ffi")
 
 
 def _usable_cpus() -> set[int]:
@@ -46,3 +53,20 @@ def default_threads() -> int:
     cores = _physical_cores(_usable_cpus())
     limit = _cgroup_limit()
     return max(1, min(cores, limit) if limit else cores)
+
+
+@cache
+def usable_threads() -> int:
+    """The CPUs this process may run on (its affinity, within the container's quota)."""
+    cpus = len(_usable_cpus())
+    limit = _cgroup_limit()
+    return max(1, min(cpus, limit) if limit else cpus)
+
+
+def capped(name: str, requested: int) -> int:
+    """``requested`` threads, at most ``usable_threads()`` (logged when it is cut)."""
+    usable = usable_threads()
+    if requested <= usable:
+        return requested
+    log.warning("%s=%d is more than the %d CPUs this process may use: using %d", name, requested, usable, usable)
+    return usable
