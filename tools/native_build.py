@@ -86,7 +86,9 @@ def cmake_args(tree: Tree) -> list[str]:
         # measurement (python -m bench --thread-pool, SmolLM2 Q4_1, Intel Xeon with AMX, 2 cores,
         # 3 alternated rounds): against ggml's own pool, prompt 1.41x (263 / 186 t/s), generation
         # and 8 sequences within noise (own pool 0.94-1.09x); with 4 threads on the 2 cores,
-        # ggml's pool stalled in every run (past 240 s) where OpenMP kept 253 / 54 / 82 t/s.
+        # ggml's pool stalled in every run (past 240 s) where OpenMP kept 253 / 54 / 82 t/s. On an
+        # AMD EPYC (2 cores, same test): generation 1.18x (130.8 / 111.1), prompt and 8 sequences
+        # even; beside a busy process on every core, generation 5.3x (35.2 / 6.7 t/s).
         # CMAKE_ARGS=-DGGML_OPENMP=OFF builds the other (the Zig-built wheel's pool is ggml's).
         f"-DLLAMA_BUILD_NUMBER={tree.build_number}",
         f"-DLLAMA_BUILD_COMMIT={tree.commit[:12]}",

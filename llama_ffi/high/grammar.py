@@ -71,6 +71,7 @@ class LlamaGrammar:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, verbose: bool = True, root: str = "root") -> LlamaGrammar:
+        """A GBNF grammar read from ``path`` (as ``from_string``)."""
         return cls.from_string(Path(path).read_text(encoding="utf-8"), verbose, root)
 
     @classmethod
@@ -126,4 +127,5 @@ class LlamaGrammar:
         return smpl
 
     def check(self, model) -> None:
+        """Raises ``RequestValueError`` (a ``ValueError``) if this grammar's sampler cannot be built for ``model``."""
         lib.llama_sampler_free(self.sampler(model.vocab_ptr))

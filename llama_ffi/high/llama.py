@@ -94,6 +94,8 @@ class Llama:
 
     @property
     def context(self) -> Context:
+        """The ``Context`` that owns the ``llama_context`` (its ``ptr`` for the raw API; use it inside
+        ``run_on_context``)."""
         self._check_open()
         if self._context is None:
             raise RuntimeError("this Llama was loaded with vocab_only=True: it has no context")
@@ -108,23 +110,28 @@ class Llama:
 
     @property
     def n_vocab(self) -> compat.CallableInt:
+        """The vocabulary's size (an int that may also be called, as llama-cpp-python's method)."""
         self._check_open()
         return compat.CallableInt(self._model.n_vocab)
 
     @property
     def n_embd(self) -> compat.CallableInt:
+        """The model's embedding width (an int that may also be called)."""
         self._check_open()
         return compat.CallableInt(self._model.n_embd)
 
     @property
     def supports_vision(self) -> bool:
+        """Whether the projector (``mmproj_path``) takes images."""
         return self.mtmd is not None and self.mtmd.supports_vision
 
     @property
     def supports_audio(self) -> bool:
+        """Whether the projector (``mmproj_path``) takes audio."""
         return self.mtmd is not None and self.mtmd.supports_audio
 
     def pooling_type(self) -> int:
+        """The context's ``LLAMA_POOLING_TYPE_*`` (embeddings: none, mean, cls, last, rank)."""
         return lib.llama_pooling_type(self.context.ptr)
 
     @property
@@ -135,11 +142,13 @@ class Llama:
 
     @property
     def n_ctx_train(self) -> int:
+        """The context length the model was trained with."""
         self._check_open()
         return self._model.n_ctx_train
 
     @property
     def metadata(self) -> dict[str, str]:
+        """The GGUF's metadata, every value as a string (llama.cpp's ``llama_model_meta_*``)."""
         self._check_open()
         return self._model.metadata()
 
@@ -153,6 +162,7 @@ class Llama:
 
     # ---- tokenizer ---------------------------------------------------------------------------------
     def tokenize(self, text: str | bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of ``text``; ``special`` parses control tokens written as text (``<|im_start|>``)."""
         self._check_open()
         return self.tokenizer.tokenize(text, add_bos, special)
 
@@ -384,6 +394,8 @@ class Llama:
         return state.save(self, path)
 
     def load_state(self, saved: bytes | str | os.PathLike) -> None:
+        """Restores what ``save_state`` returned or wrote (checked first: a damaged or foreign file is a
+        ``ValueError`` naming the problem)."""
         state.load(self, saved)
 
     @property
