@@ -128,6 +128,11 @@ _DEVICE_TYPES = {
 }
 
 
+def has_gpu() -> bool:
+    """Whether ggml sees a GPU (discrete or integrated) to offload to."""
+    return any(d["type"] in ("gpu", "igpu") for d in devices())
+
+
 def devices() -> list[dict[str, object]]:
     """Every device ggml sees: name, description, type, backend and memory (bytes)."""
     out = []

@@ -79,3 +79,17 @@ def test_a_flag_that_cannot_be_honoured_is_named_at_start(smollm2_path, flag):
     s = ServerProcess(smollm2_path, *flag)
     with pytest.raises(RuntimeError, match=flag[0]):
         s.start()
+
+
+def test_flash_attention_is_off_by_default_on_a_cpu_unless_the_v_cache_needs_it():
+    from llama_ffi import backends
+    from llama_ffi.cli import build_parser
+    from llama_ffi.server.launch import llama_options
+
+    def flash_attn(*flags: str):
+        return llama_options(build_parser().parse_args(["serve", "-m", "model.gguf", *flags])).get("flash_attn")
+
+    assert flash_attn() is (None if backends.has_gpu() else False)
+    assert flash_attn("-ngl", "0") is False  # computed on the CPU even beside a GPU
+    assert flash_attn("-ctv", "q8_0") is None  # llama.cpp's auto: a quantized V cache requires it
+    assert (flash_attn("-fa", "auto"), flash_attn("-fa", "on"), flash_attn("-fa", "off")) == (None, True, False)

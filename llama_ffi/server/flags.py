@@ -10,6 +10,8 @@ import argparse
 import os
 from pathlib import Path
 
+from llama_ffi import backends
+
 # flag -> why it cannot be honoured here
 REFUSED = {
     "--grp-attn-n": "self-extend (group attention) is not supported",
@@ -82,7 +84,7 @@ SWITCHES = {"--kv-unified", "--embeddings", "--reranking", "--metrics", "--jinja
 
 def add_arguments(g) -> None:
     """This module's flags on the serve command's argument group."""
-    g.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), help="flash attention (default auto)")
+    g.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), help="flash attention (default: off on a CPU, auto with a GPU)")
     g.add_argument("-ctk", "--cache-type-k", metavar="TYPE", help="KV cache type of K (f16, q8_0, ...)")
     g.add_argument("-ctv", "--cache-type-v", metavar="TYPE", help="KV cache type of V")
     g.add_argument(
@@ -149,6 +151,15 @@ def llama_options(args: argparse.Namespace) -> dict:
     out: dict = {}
     if args.flash_attn is not None:
         out["flash_attn"] = {"on": True, "off": False, "auto": None}[args.flash_attn]
+    elif args.cache_type_v in (None, "f16", "f32", "bf16") and (
+        not backends.has_gpu() or getattr(args, "n_gpu_layers", None) == 0
+    ):
+        # On a CPU llama.cpp's "auto" turns flash attention on, and its one-token decode then slows
+        # as the cache grows: at a 7.7 k-token depth (python -m bench --long, SmolLM2, 2 cores) it
+        # decoded 28.6 t/s off against 18.5 on (AMD EPYC; prefill even) and 18.3 against 4.7 (Intel
+        # Xeon; prefill 0.84x). A server's agents decode at such depths after each cached prefix.
+        # (A quantized V cache needs flash attention: there llama.cpp's auto turns it on.)
+        out["flash_attn"] = False
     if args.cache_type_k is not None:
         out["type_k"] = args.cache_type_k
     if args.cache_type_v is not None:
