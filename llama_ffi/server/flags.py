@@ -84,7 +84,12 @@ SWITCHES = {"--kv-unified", "--embeddings", "--reranking", "--metrics", "--jinja
 
 def add_arguments(g) -> None:
     """This module's flags on the serve command's argument group."""
-    g.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), help="flash attention (default: off on a CPU, auto with a GPU)")
+    g.add_argument(
+        "-fa",
+        "--flash-attn",
+        choices=("on", "off", "auto"),
+        help="flash attention (default: off on a CPU, auto with a GPU)",
+    )
     g.add_argument("-ctk", "--cache-type-k", metavar="TYPE", help="KV cache type of K (f16, q8_0, ...)")
     g.add_argument("-ctv", "--cache-type-v", metavar="TYPE", help="KV cache type of V")
     g.add_argument(
