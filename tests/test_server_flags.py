@@ -81,7 +81,7 @@ def test_a_flag_that_cannot_be_honoured_is_named_at_start(smollm2_path, flag):
         s.start()
 
 
-def test_flash_attention_is_off_by_default_on_a_cpu_unless_the_v_cache_needs_it():
+def test_flash_attention_is_off_by_default_for_long_contexts_on_a_cpu():
     from llama_ffi import backends
     from llama_ffi.cli import build_parser
     from llama_ffi.server.launch import llama_options
@@ -89,7 +89,15 @@ def test_flash_attention_is_off_by_default_on_a_cpu_unless_the_v_cache_needs_it(
     def flash_attn(*flags: str):
         return llama_options(build_parser().parse_args(["serve", "-m", "model.gguf", *flags])).get("flash_attn")
 
-    assert flash_attn() is (None if backends.has_gpu() else False)
-    assert flash_attn("-ngl", "0") is False  # computed on the CPU even beside a GPU
-    assert flash_attn("-ctv", "q8_0") is None  # llama.cpp's auto: a quantized V cache requires it
-    assert (flash_attn("-fa", "auto"), flash_attn("-fa", "on"), flash_attn("-fa", "off")) == (None, True, False)
+    long = ("-c", "32768")
+    assert flash_attn(*long) is (None if backends.has_gpu() else False)
+    assert flash_attn("-c", "0") is flash_attn(*long)  # the model's own context
+    assert flash_attn(*long, "-ngl", "0") is False  # computed on the CPU even beside a GPU
+    assert flash_attn() is None and flash_attn("-c", "8192") is None  # short: llama.cpp's auto
+    assert flash_attn(*long, "-ctv", "q8_0") is None  # a quantized V cache requires it: auto turns it on
+    assert flash_attn(*long, "--embeddings") is None  # no decoding at depth
+    assert (flash_attn(*long, "-fa", "auto"), flash_attn("-fa", "on"), flash_attn(*long, "-fa", "off")) == (
+        None,
+        True,
+        False,
+    )

@@ -269,6 +269,37 @@ def test_parsing_each_family(text, content):
     assert _args(call) == {"city": "Paris", "unit": "celsius"}
 
 
+@pytest.mark.parametrize(
+    "text, zone",
+    [
+        # Mistral Nemo: the list cut inside a third call's first key, then inside the second's arguments
+        (
+            'Let me check.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}, '
+            '{"name": "get_time", "arguments": {"zone": "CET"}}, {"',
+            "CET",
+        ),
+        (
+            'Let me check.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}, '
+            '{"name": "get_time", "arguments": {"zone": "CE',
+            "CE",
+        ),
+        # Devstral: the second call's arguments cut
+        (
+            'Let me check.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "unit": "celsius"}[TOOL_CALLS]get_time'
+            '[ARGS]{"zone": "CE',
+            "CE",
+        ),
+    ],
+)
+def test_mistral_calls_cut_by_max_tokens_keep_what_was_written(text, zone):
+    """As llama-server heals a cut call: whole calls kept, a cut one's arguments closed where the
+    generation stopped, a call cut before its name left out; never the raw call text as content."""
+    content, calls = parse_tool_calls(text, FUNCTIONS)
+    assert content == "Let me check."
+    assert [c["function"]["name"] for c in calls] == ["get_weather", "get_time"]
+    assert _args(calls[0]) == {"city": "Paris", "unit": "celsius"} and _args(calls[1]) == {"zone": zone}
+
+
 def test_parallel_calls_and_non_calls():
     text = (
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}</tool_call>\n'

@@ -88,7 +88,7 @@ def add_arguments(g) -> None:
         "-fa",
         "--flash-attn",
         choices=("on", "off", "auto"),
-        help="flash attention (default: off on a CPU, auto with a GPU)",
+        help=f"flash attention (default auto; off on a CPU from -c {LONG_CONTEXT})",
     )
     g.add_argument("-ctk", "--cache-type-k", metavar="TYPE", help="KV cache type of K (f16, q8_0, ...)")
     g.add_argument("-ctv", "--cache-type-v", metavar="TYPE", help="KV cache type of V")
@@ -151,19 +151,29 @@ def apply_environment(parser: argparse.ArgumentParser, environ=os.environ) -> No
         parser.set_defaults(**{action.dest: value})
 
 
+# On a CPU llama.cpp's "auto" turns flash attention on, and its one-token decode then slows as the
+# cache grows: at a 7.7 k-token depth (python -m bench --long, SmolLM2, 2 cores) it decoded 28.6 t/s
+# off against 18.5 on (AMD EPYC; prefill even) and 18.3 against 4.7 (Intel Xeon; prefill 0.84x).
+# Agents run servers of long contexts and decode at such depths after each cached prefix; a short
+# context never gets deep, and there auto keeps llama-server's numbers (its own tests hold them).
+LONG_CONTEXT = 16384
+
+
+def long_context_on_cpu(args: argparse.Namespace) -> bool:
+    """Whether flash attention is off by default: a generating server with a long context (0: the
+    model's own) computed on the CPU, its V cache not quantized (a quantized one needs flash attention)."""
+    on_cpu = not backends.has_gpu() or getattr(args, "n_gpu_layers", None) == 0
+    generating = not (getattr(args, "embeddings", False) or getattr(args, "reranking", False))
+    long = args.ctx_size == 0 or args.ctx_size >= LONG_CONTEXT
+    return on_cpu and generating and long and args.cache_type_v in (None, "f16", "f32", "bf16")
+
+
 def llama_options(args: argparse.Namespace) -> dict:
     """The Llama keyword arguments of this module's flags."""
     out: dict = {}
     if args.flash_attn is not None:
         out["flash_attn"] = {"on": True, "off": False, "auto": None}[args.flash_attn]
-    elif args.cache_type_v in (None, "f16", "f32", "bf16") and (
-        not backends.has_gpu() or getattr(args, "n_gpu_layers", None) == 0
-    ):
-        # On a CPU llama.cpp's "auto" turns flash attention on, and its one-token decode then slows
-        # as the cache grows: at a 7.7 k-token depth (python -m bench --long, SmolLM2, 2 cores) it
-        # decoded 28.6 t/s off against 18.5 on (AMD EPYC; prefill even) and 18.3 against 4.7 (Intel
-        # Xeon; prefill 0.84x). A server's agents decode at such depths after each cached prefix.
-        # (A quantized V cache needs flash attention: there llama.cpp's auto turns it on.)
+    elif long_context_on_cpu(args):
         out["flash_attn"] = False
     if args.cache_type_k is not None:
         out["type_k"] = args.cache_type_k

@@ -134,6 +134,16 @@ def _json(text: str):
         return None
 
 
+def _json_completed(text: str):
+    """The JSON value ``text`` holds, completed where ``max_tokens`` cut it (as llama-server heals a
+    cut call: a cut key left out, strings and brackets closed); None when it starts none."""
+    value = _json(text)
+    if value is None and text:
+        whole = healed(text)
+        value = None if whole is None else json.loads(whole)
+    return value
+
+
 def _as_call(obj, functions) -> dict | None:
     if not isinstance(obj, dict) or obj.get("name") not in functions:
         return None
@@ -158,12 +168,12 @@ def parse_tool_calls(text: str, functions: dict[str, dict]) -> tuple[str | None,
         rest = _HERMES.sub("", text)
     elif "[TOOL_CALLS]" in text:  # Mistral
         head, _, tail = text.partition("[TOOL_CALLS]")
-        value = _json(tail.strip())
+        value = _json_completed(tail.strip()) if "[ARGS]" not in tail else None
         if value is None and "[ARGS]" in tail:  # [TOOL_CALLS]name[ARGS]{...}, once per call
             value = []
             for call in tail.split("[TOOL_CALLS]"):
                 name, _, args = call.partition("[ARGS]")
-                value.append({"name": name.strip(), "arguments": _json(args.strip())})
+                value.append({"name": name.strip(), "arguments": _json_completed(args.strip())})
         items = value if isinstance(value, list) else [value]
         found = [c for c in (_as_call(v, functions) for v in items) if c]
         rest = head
