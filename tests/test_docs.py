@@ -87,7 +87,7 @@ def with_fixtures(code: str, files: dict[str, Path]) -> str:
     return code
 
 
-@pytest.mark.parametrize(("page", "index", "code"), blocks(), ids=lambda v: v if isinstance(v, (str, int)) else "")
+@pytest.mark.parametrize(("page", "index", "code"), [pytest.param(*b, id=f"{b[0]}-{b[1]}") for b in blocks()])
 def test_block_runs_as_written(page, index, code, files, request, tmp_path):
     code = with_fixtures(code, files)
     if DOCS_URL in code:
