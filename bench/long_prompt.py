@@ -109,18 +109,15 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None, configs=CO
     rows = []
     for (name, flags), results in zip(wanted, runs):
         row = {"server": name, "flags": " ".join(flags) or "(defaults)", "load": os.getloadavg()[0]}
-        row["samples"] = {key: [r[key] for r in results] for key in ("prefill_tps", "decode_tps", "extend_ms", "share")}
-        for key, values in row["samples"].items():
-            row[key] = (min(values), median(values), max(values))
+        row.update({key: [r[key] for r in results] for key in ("prefill_tps", "decode_tps", "extend_ms", "share")})
         row["extend_n"] = results[0]["extend_n"]
         rows.append(row)
     return rows
 
 
 def long_prompt_table(rows: list[dict]) -> str:
-    def spread(value: tuple, spec: str) -> str:
-        low, mid, high = value
-        return f"{mid:{spec}} ({low:{spec}}–{high:{spec}})"
+    def spread(values: list[float], spec: str) -> str:
+        return f"{median(values):{spec}} ({min(values):{spec}}–{max(values):{spec}})"
 
     lines = [
         f"## Long prompts: {N_LONG} tokens prefilled, {N_DECODE} decoded at that depth, then {N_EXTEND} more "

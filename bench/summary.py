@@ -85,10 +85,7 @@ def long_prompts(model: str, threads: int, repeats: int, tools: Path) -> list[Ro
     theirs, ours = long_prompt.bench(model, threads, repeats, tools, configs)
     load = os.getloadavg()[0]
     names = {"prefill_tps": f"long prefill ({long_prompt.N_LONG} tokens)", "decode_tps": "decode at that depth"}
-    return [
-        Row(name, "t/s", "llama-server", ours["samples"][key], theirs["samples"][key], load)
-        for key, name in names.items()
-    ]
+    return [Row(name, "t/s", "llama-server", ours[key], theirs[key], load) for key, name in names.items()]
 
 
 def many_sequences(model: str, threads: int, repeats: int, tools: Path) -> Row:

@@ -46,13 +46,16 @@ def blocks() -> list[tuple[str, int, str]]:
 def files(smollm2_path, tree, tmp_path_factory) -> dict[str, Path]:
     """The file names the docs use, and what stands for each."""
     import minilm
-    import numpy as np
     import tiny_adapters
     import tiny_mmproj
     from tiny_mtp import TinyMtpConfig, write_gguf
 
+    from llama_ffi.high import Llama
+
     d = tmp_path_factory.mktemp("docs-files")
-    rows = tiny_adapters.control_vector_rows(576, 30, seed=3)
+    with Llama(smollm2_path, vocab_only=True, progress=False) as llm:
+        n_embd, n_layer = int(llm.metadata["llama.embedding_length"]), int(llm.metadata["llama.block_count"])
+    rows = tiny_adapters.control_vector_rows(n_embd, n_layer, seed=3)
     return {
         "model.gguf": smollm2_path,
         "SmolLM2-135M-Instruct.Q4_1.gguf": smollm2_path,
@@ -60,11 +63,11 @@ def files(smollm2_path, tree, tmp_path_factory) -> dict[str, Path]:
         "glm-4.5-air.gguf": write_gguf(d / "tiny-mtp.gguf", TinyMtpConfig()),
         "all-MiniLM-L6-v2-f16.gguf": minilm.gguf_path(tree),
         "reranker.gguf": minilm.rank_gguf_path(tree),
-        "mmproj.gguf": tiny_mmproj.write_mmproj(d / "mmproj.gguf", n_embd_text=576),
+        "mmproj.gguf": tiny_mmproj.write_mmproj(d / "mmproj.gguf", n_embd_text=n_embd),
         "photo.jpg": tree.path / "tools" / "mtmd" / "test-1.jpeg",
         "coder-lora-f16.gguf": tiny_adapters.write_lora(d / "coder.gguf", smollm2_path, seed=1),
         "translator-lora-f16.gguf": tiny_adapters.write_lora(d / "translator.gguf", smollm2_path, seed=2),
-        "calm.gguf": tiny_adapters.write_control_vector(d / "calm.gguf", rows.astype(np.float32)),
+        "calm.gguf": tiny_adapters.write_control_vector(d / "calm.gguf", rows),
     }
 
 

@@ -168,12 +168,14 @@ def parse_tool_calls(text: str, functions: dict[str, dict]) -> tuple[str | None,
         rest = _HERMES.sub("", text)
     elif "[TOOL_CALLS]" in text:  # Mistral
         head, _, tail = text.partition("[TOOL_CALLS]")
-        value = _json_completed(tail.strip()) if "[ARGS]" not in tail else None
+        value = _json(tail.strip())
         if value is None and "[ARGS]" in tail:  # [TOOL_CALLS]name[ARGS]{...}, once per call
             value = []
             for call in tail.split("[TOOL_CALLS]"):
                 name, _, args = call.partition("[ARGS]")
                 value.append({"name": name.strip(), "arguments": _json_completed(args.strip())})
+        elif value is None:  # [TOOL_CALLS][{...}, ...] cut short
+            value = _json_completed(tail.strip())
         items = value if isinstance(value, list) else [value]
         found = [c for c in (_as_call(v, functions) for v in items) if c]
         rest = head
