@@ -247,8 +247,9 @@ def slug(text: str) -> str:
 def write(rows: list[Row], folder: Path, heading: str) -> list[Path]:
     """The rows as JSON and their ratios as a chart, both named after the CPU."""
     folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"summary-{slug(cpu_name())}"
-    data = {"heading": heading, "cpu": cpu_name(), "rows": [asdict(r) for r in rows]}
+    cpu = cpu_name()
+    stem = folder / f"summary-{slug(cpu)}"
+    data = {"heading": heading, "cpu": cpu, "rows": [asdict(r) for r in rows]}
     stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     return [stem.with_suffix(".json"), plot(data, stem.with_suffix(".png"))]
 

@@ -48,19 +48,20 @@ def _cgroup_limit() -> int | None:
         return None
 
 
+def _within_quota(n: int) -> int:
+    limit = _cgroup_limit()
+    return max(1, min(n, limit) if limit else n)
+
+
 @cache
 def default_threads() -> int:
-    cores = _physical_cores(_usable_cpus())
-    limit = _cgroup_limit()
-    return max(1, min(cores, limit) if limit else cores)
+    return _within_quota(_physical_cores(_usable_cpus()))
 
 
 @cache
 def usable_threads() -> int:
     """The CPUs this process may run on (its affinity, within the container's quota)."""
-    cpus = len(_usable_cpus())
-    limit = _cgroup_limit()
-    return max(1, min(cpus, limit) if limit else cpus)
+    return _within_quota(len(_usable_cpus()))
 
 
 def capped(name: str, requested: int) -> int:
