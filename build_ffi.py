@@ -49,6 +49,7 @@ extern "Python" void llama_ffi_llg_free(struct llama_sampler *);
 bool llama_ffi_abort_requested(void *);
 int32_t llama_ffi_decode(struct llama_context *, struct llama_batch);
 double llama_ffi_decode_seconds(void);
+int llama_ffi_release_threads(void);
 int32_t llama_ffi_mask_candidates(llama_token_data_array *, const uint32_t *, size_t);
 llama_token llama_ffi_sample_constrained(struct llama_sampler *, struct llama_sampler *, struct llama_context *,
                                          int32_t, llama_token_data *, int32_t);

@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs=2,
         metavar="LIB_DIR",
         help="add the thread-pool table: llama-ffi on two builds of llama.cpp's libraries (e.g. OpenMP and "
-        "ggml's own pool), alone, oversubscribed and beside a busy process",
+        "ggml's own pool), alone, oversubscribed, beside a busy process and beside an idle Llama",
     )
     ap.add_argument(
         "--agents",

@@ -3,7 +3,9 @@ pool against GCC's OpenMP, ``GGML_OPENMP``), each test in a fresh subprocess tha
 libraries of its folder (``LD_LIBRARY_PATH`` comes before the extension's run path), the two builds
 in turns so that both see the same machine speed. Tests: prompt processing (``N_PROMPT`` tokens,
 warm), generation (``N_GEN`` greedy tokens), 8 sequences at once; each with the given threads, with
-twice as many threads as cores (oversubscribed), and beside a busy process on every core.
+twice as many threads as cores (oversubscribed), beside a busy process on every core, and beside a
+second ``Llama`` in the same process that has answered once and sits idle (an idle loop must not
+hold threads that slow the busy one: ``engine.core.RELEASE_THREADS_AFTER_S``).
 
     python -m tools.native_build  # then, e.g.:
     LLAMA_FFI_BUILD_DIR=build/llama.cpp-no-openmp CMAKE_ARGS=-DGGML_OPENMP=OFF python -m tools.native_build
@@ -25,14 +27,18 @@ _PROBE = """
 import json, sys
 from bench.common import batched_llama, eog_ban, ffi_generation_test, ffi_prompt_test, N_PROMPT
 from bench.constrained import in_process
-model, threads = sys.argv[1], int(sys.argv[2])
+from llama_ffi.high import Llama
+model, threads, idle_llama = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+if idle_llama:
+    other = Llama(model, n_ctx=64, n_threads=threads, progress=False)
+    other("Hello", max_tokens=2)
 pp = ffi_prompt_test(model, threads, N_PROMPT)[2]
 tg = ffi_generation_test(model, threads)[0]
 with batched_llama(model, threads, 8) as llm:
     c8 = in_process(llm, 8, eog_ban(llm), None)
 print(json.dumps({"pp": pp, "tg": tg, "c8": c8}))
 """
-SCENARIOS = ("alone", "oversubscribed", "beside a busy process")
+SCENARIOS = ("alone", "oversubscribed", "beside a busy process", "beside an idle Llama")
 PROBE_S = 240.0  # a probe slower than this is recorded as stalled (OpenMP's spinning threads can take hours)
 
 
@@ -51,13 +57,13 @@ def _busy(on: bool):
             p.wait()
 
 
-def _probe(lib_dir: Path, model: str, threads: int, busy: bool) -> dict:
+def _probe(lib_dir: Path, model: str, threads: int, busy: bool, idle_llama: bool) -> dict:
     """The probe's figures; 0 t/s for every test where it stalled past ``PROBE_S``."""
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir.resolve())}
     with _busy(busy):
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", _PROBE, model, str(threads)],
+                [sys.executable, "-c", _PROBE, model, str(threads), str(int(idle_llama))],
                 capture_output=True,
                 text=True,
                 env=env,
@@ -73,17 +79,18 @@ def _probe(lib_dir: Path, model: str, threads: int, busy: bool) -> dict:
 def bench(model: str, threads: int, repeats: int, lib_dirs: list[Path]) -> list[dict]:
     cores = os.cpu_count() or 2
     settings = {
-        "alone": (threads, False),
-        "oversubscribed": (2 * cores, False),
-        "beside a busy process": (threads, True),
+        "alone": (threads, False, False),
+        "oversubscribed": (2 * cores, False, False),
+        "beside a busy process": (threads, True, False),
+        "beside an idle Llama": (threads, False, True),
     }
     rows = []
     for scenario in SCENARIOS:
-        n_threads, busy = settings[scenario]
+        n_threads, busy, idle_llama = settings[scenario]
         runs: dict[Path, list[dict]] = {d: [] for d in lib_dirs}
         for _ in range(repeats):
             for lib_dir in lib_dirs:
-                runs[lib_dir].append(_probe(lib_dir, model, n_threads, busy))
+                runs[lib_dir].append(_probe(lib_dir, model, n_threads, busy, idle_llama))
         first = runs[lib_dirs[0]]
         for lib_dir, results in runs.items():
             row = {"libraries": str(lib_dir), "scenario": scenario, "threads": n_threads}

@@ -77,6 +77,30 @@ int32_t llama_ffi_decode(struct llama_context * ctx, struct llama_batch batch) {
 }
 double llama_ffi_decode_seconds(void) { return llama_ffi_decode_total; }
 
+/* Hands back the calling thread's OpenMP workers (libgomp, which ggml's CPU backend uses in the
+   source build). libgomp keeps a team of workers for every thread that ran a parallel region, and
+   once it manages more threads than there are CPUs, every `omp barrier` (ggml has one between
+   graph nodes) stops spinning and sleeps in the kernel: one idle Llama whose loop had decoded
+   halved another's generation speed on 2 cores. omp_pause_resource_all(omp_pause_soft) ends the
+   calling thread's team (libgomp's pause only touches the caller's own pool); the next parallel
+   region starts a new one. libgomp is looked up only if already loaded (none in builds without
+   OpenMP, such as the wheel's): returns -1 then, else the pause's result (0 on success). */
+typedef int (*llama_ffi_omp_pause_fn)(int);
+static llama_ffi_omp_pause_fn llama_ffi_omp_pause_all(void) {
+    static void * found = NULL;  /* looked up again until libgomp is loaded; loops race benignly */
+    void * fn = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
+    if (fn == NULL) {
+        void * gomp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        fn = gomp == NULL ? NULL : dlsym(gomp, "omp_pause_resource_all");
+        __atomic_store_n(&found, fn, __ATOMIC_RELEASE);
+    }
+    return (llama_ffi_omp_pause_fn)fn;
+}
+int llama_ffi_release_threads(void) {
+    llama_ffi_omp_pause_fn pause_all = llama_ffi_omp_pause_all();
+    return pause_all == NULL ? -1 : pause_all(1 /* omp_pause_soft */);
+}
+
 /* Greedy decoding's whole sampler: add the logit biases in place, return the first maximum.
    One pass over the logits, none of llama.cpp's candidate-array construction. The pass keeps the
    maximum of each block of 64 in SSE-width vectors (GCC/Clang vector extensions; 5x faster than a

@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from llama_ffi import lib
 from llama_ffi._logging import logger
 from llama_ffi.high.context import ClosedError
 from llama_ffi.high.engine import progress
@@ -34,6 +35,12 @@ from llama_ffi.high.engine.work import Work
 from llama_ffi.high.multimodal.prompt import MediaPrompt
 
 CLOSED = "its Llama was closed: this stream can produce nothing more"
+
+# An idle loop hands its thread's OpenMP workers back after this long (``llama_ffi_release_threads``
+# in the glue): while any thread holds a team, libgomp counts its workers, and with more of them
+# than CPUs every other Llama's decodes slow down (halved on 2 cores by one idle Llama). Starting
+# a new team costs a thread start per worker, once per burst of work.
+RELEASE_THREADS_AFTER_S = 0.02
 
 
 class Engine:
@@ -56,6 +63,7 @@ class Engine:
         self._running: ContextTask | None = None  # the task the loop runs now
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._threads_held = False  # whether the loop's thread may hold OpenMP workers
 
     @property
     def stats(self) -> EngineStats:
@@ -164,6 +172,7 @@ class Engine:
     def _loop(self) -> None:
         try:
             while self._next_turn():
+                self._threads_held = True
                 try:
                     self._turn()
                 except Exception as error:  # a defect: fail the requests in flight, keep serving
@@ -187,7 +196,11 @@ class Engine:
                     return False
                 if self._ready() or self._runnable_task() is not None:
                     return True
-                self._cond.wait()
+                if not self._threads_held:
+                    self._cond.wait()
+                elif not self._cond.wait(RELEASE_THREADS_AFTER_S):  # idle a while: see below
+                    lib.llama_ffi_release_threads()
+                    self._threads_held = False
 
     def _runnable_task(self) -> ContextTask | None:
         """The first waiting task that can run now (the loop's thread, under ``_cond``)."""
