@@ -496,6 +496,12 @@ def main(argv: list[str] | None = None) -> int:
         help="add the speculative decoding table: plain vs n-gram (vs a draft model with --draft-model)",
     )
     ap.add_argument(
+        "--speculative-public",
+        action="store_true",
+        help="add speculative decoding on public text (code editing, JSON extraction, summarization drawn by "
+        "a fixed seed from Python's standard library and the JSONSchemaBench sample): n-gram defaults vs plain",
+    )
+    ap.add_argument(
         "--draft-model",
         help="a draft GGUF with the model's vocabulary (e.g. from python -m tools.draft_model MODEL OUT --layers 6)",
     )
@@ -583,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
         if native_embedding and native_embedding.is_file():
             erows += bench_embeddings_native(native_embedding, args.embedding_model, args.threads)
         print(embedding_table(erows))
+    if args.speculative_public:
+        from bench import speculative_public
+
+        print(speculative_public.table(speculative_public.bench(args.model, args.threads, args.repeats)))
     if args.speculative:
         rows = bench_speculative(args.model, args.threads, args.repeats, args.draft_model)
         tools = find_native_speculative(find_llama_bench(args.llama_bench))
