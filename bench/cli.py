@@ -539,8 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--long",
         action="store_true",
-        help="add the long-prompt table: a 7.7 k-token prompt's prefill, decoding at that depth and an "
-        "extending request, on llama-ffi serve and llama-server (flash attention and KV types too)",
+        help="add the long-prompt table: a 12 k-token prompt's prefill (7.7 k on an 8 k model), decoding "
+        "at that depth and an extending request, on llama-ffi serve and llama-server (flash attention and "
+        "KV types too)",
     )
     ap.add_argument(
         "--thread-pool",

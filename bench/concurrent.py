@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -87,15 +88,30 @@ def ours_asyncio(llm, n: int, ban: dict) -> float:
     return in_asyncio(llm, n, ban)
 
 
+def start_server(argv: list[str], port: int, seconds: float) -> subprocess.Popen:
+    """Start the server ``argv`` (listening on 127.0.0.1:``port``) and wait until it is healthy; if it
+    exits or stays unhealthy, stop it and raise with the end of its log."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        if healthy_within(port, seconds, proc):
+            return proc  # the child keeps writing to the (unlinked) file: nobody waits on a pipe
+        proc.terminate()
+        proc.wait(60)
+        log.seek(0)
+        tail = log.read().decode(errors="replace")[-1500:]
+    raise RuntimeError(f"{' '.join(argv[:3])} did not start (exit status {proc.returncode}):\n{tail}")
+
+
 def batched_bench(binary: Path, model: str, threads: int, n: int) -> float:
     """llama-batched-bench's total time for ``n`` sequences."""
     return float(batched_bench_row(binary, model, threads, N_PROMPT, N_GEN, n, REQUEST_S)["t"])
 
 
-def healthy_within(port: int, seconds: float) -> bool:
-    """Whether the server on 127.0.0.1:``port`` answers ``/health`` with 200 within ``seconds``."""
+def healthy_within(port: int, seconds: float, proc: subprocess.Popen | None = None) -> bool:
+    """Whether the server on 127.0.0.1:``port`` answers ``/health`` with 200 within ``seconds``
+    (False as soon as its process ``proc`` has exited)."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                 if r.status == 200:
@@ -115,7 +131,7 @@ class HttpServer:
         from llama_ffi.rpc import free_port
 
         self.port, self.extra = free_port(), dict(extra or {})
-        self.proc = subprocess.Popen(
+        self.proc = start_server(
             [
                 *command,
                 *(("-m", model) if model is not None else ()),
@@ -134,12 +150,9 @@ class HttpServer:
                 "--port",
                 str(self.port),
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            self.port,
+            SERVER_START_S,
         )
-        if not healthy_within(self.port, SERVER_START_S):
-            self.close()
-            raise RuntimeError(f"{command[0]} did not start")
 
     def complete(self, prompt: list[int]) -> None:
         body = json.dumps(

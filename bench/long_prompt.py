@@ -1,6 +1,6 @@
-"""The benchmark's long-prompt table, as coding agents send them: a prompt of ``N_LONG`` tokens
-prefilled, ``N_DECODE`` greedy tokens decoded at that depth, and a second request that extends the
-first by ``N_EXTEND`` tokens (the first's tokens from the cache), on ``llama-ffi serve`` and on
+"""The benchmark's long-prompt table, as coding agents send them: a prompt of ``prompt_length``
+tokens prefilled, ``N_DECODE`` greedy tokens decoded at that depth, and a second request that extends
+the first by ``N_EXTEND`` tokens (the first's tokens from the cache), on ``llama-ffi serve`` and on
 llama-server from the pinned tree with the same model, context, threads and requests
 (``/completion`` with token ids; both report llama-server's ``timings``). Every configuration's
 server is up at once and each repeat's prompt goes to each in turn, so all see the same machine
@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from bench.common import median
-from bench.concurrent import healthy_within
+from bench.concurrent import start_server
 
-# 7,680 tokens: the most that fits SmolLM2's 8 k training length (llama-server caps a slot there)
-# with the extension and the decoded tokens; agents' first prompts are 7-12 k tokens.
-N_LONG, N_DECODE, N_EXTEND = 7680, 32, 256
+# Agents' first prompts are 7-12 k tokens: 12 k where the model's training length holds it with
+# the extension and the decoded tokens (llama-server caps a slot there), else the most that fits
+# (SmolLM2, 8 k: 7,680).
+MAX_LONG, N_DECODE, N_EXTEND = 12288, 32, 256
 START_S = 300.0
 # Rows: (server, flags). llama-server's defaults against ours, then ours with other attention and
 # KV settings, to set the defaults by the numbers.
@@ -41,12 +41,7 @@ class Server:
 
         self.port, self.command = free_port(), command
         args = ["-m", model, "-t", str(threads), "-c", str(ctx), "-np", "1", "--host", "127.0.0.1"]
-        self.proc = subprocess.Popen(
-            [*command, *args, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        if not healthy_within(self.port, START_S):
-            self.close()
-            raise RuntimeError(f"{' '.join(command)} did not start")
+        self.proc = start_server([*command, *args, "--port", str(self.port)], self.port, START_S)
 
     def timings(self, prompt: list[int], n_predict: int) -> dict:
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": True}
@@ -71,8 +66,13 @@ def long_prompt(n_vocab: int, seed: int, n: int) -> list[int]:
     return [(i * 7919 + 104729 * seed + 17) % (n_vocab - 1000) + 500 for i in range(n)]
 
 
+def prompt_length(n_ctx_train: int) -> int:
+    """The long prompt's tokens for a model trained on ``n_ctx_train``: whole 256-token blocks."""
+    return min(MAX_LONG, (n_ctx_train - N_EXTEND - N_DECODE - 64) // 256 * 256)
+
+
 def one_round(server: Server, prompt: list[int]) -> dict:
-    first = server.timings(prompt[:N_LONG], N_DECODE)
+    first = server.timings(prompt[:-N_EXTEND], N_DECODE)
     second = server.timings(prompt, 1)
     return {
         "prefill_tps": first["prompt_per_second"],
@@ -87,12 +87,13 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None, configs=CO
     from llama_ffi.high import Llama
 
     with Llama(model, vocab_only=True, progress=False, verbose=False) as vocab:
-        n_vocab = vocab.n_vocab()
+        meta = vocab.metadata  # (a vocab-only model has no hyperparameters: n_ctx_train is 0)
+        n_vocab, n_long = vocab.n_vocab(), prompt_length(int(meta[f"{meta['general.architecture']}.context_length"]))
     native = tools / "llama-server" if tools and (tools / "llama-server").is_file() else None
     commands = {"llama-ffi": [sys.executable, "-m", "llama_ffi.server"]}
     if native:
         commands["llama-server"] = [str(native), "--no-webui"]
-    ctx = N_LONG + N_EXTEND + N_DECODE + 64
+    ctx = n_long + N_EXTEND + N_DECODE + 64
     wanted = [(name, flags) for name, flags in configs if name in commands]
     servers: list[Server] = []
     try:
@@ -100,7 +101,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None, configs=CO
             servers.append(Server([*commands[name], *flags], model, threads, ctx))
         runs: list[list[dict]] = [[] for _ in wanted]
         for seed in range(repeats):
-            prompt = long_prompt(n_vocab, seed, N_LONG + N_EXTEND)
+            prompt = long_prompt(n_vocab, seed, n_long + N_EXTEND)
             for i, server in enumerate(servers):
                 runs[i].append(one_round(server, prompt))
     finally:
@@ -108,7 +109,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None, configs=CO
             server.close()
     rows = []
     for (name, flags), results in zip(wanted, runs):
-        row = {"server": name, "flags": " ".join(flags) or "(defaults)", "load": os.getloadavg()[0]}
+        row = {"server": name, "flags": " ".join(flags) or "(defaults)", "load": os.getloadavg()[0], "n_long": n_long}
         row.update({key: [r[key] for r in results] for key in ("prefill_tps", "decode_tps", "extend_ms", "share")})
         row["extend_n"] = results[0]["extend_n"]
         rows.append(row)
@@ -120,8 +121,8 @@ def long_prompt_table(rows: list[dict]) -> str:
         return f"{median(values):{spec}} ({min(values):{spec}}–{max(values):{spec}})"
 
     lines = [
-        f"## Long prompts: {N_LONG} tokens prefilled, {N_DECODE} decoded at that depth, then {N_EXTEND} more "
-        "(median, min–max)",
+        f"## Long prompts: {rows[0]['n_long']} tokens prefilled, {N_DECODE} decoded at that depth, "
+        f"then {N_EXTEND} more (median, min–max)",
         "",
         "| server | flags | prefill t/s | decode t/s at depth | extension: prompt ms (tokens) | of the first's time |"
         " load |",

@@ -84,7 +84,7 @@ def long_prompts(model: str, threads: int, repeats: int, tools: Path) -> list[Ro
     configs = (("llama-server", ()), ("llama-ffi", ()))
     theirs, ours = long_prompt.bench(model, threads, repeats, tools, configs)
     load = os.getloadavg()[0]
-    names = {"prefill_tps": f"long prefill ({long_prompt.N_LONG} tokens)", "decode_tps": "decode at that depth"}
+    names = {"prefill_tps": f"long prefill ({ours['n_long']} tokens)", "decode_tps": "decode at that depth"}
     return [Row(name, "t/s", "llama-server", ours[key], theirs[key], load) for key, name in names.items()]
 
 
@@ -268,7 +268,11 @@ def plot(data: dict, path: Path) -> Path:
     labels = [f"{r.name}\nvs {r.reference}" for r in rows]
     fig, ax = plt.subplots(figsize=(8, 0.55 * len(rows) + 1.2))
     y = range(len(rows))
-    colors = ["#2e7d32" if m >= 1.0 else "#c62828" for m in medians]
+    # green: median at least even; grey: median below, but some round at least even (noise);
+    # red: every round slower
+    colors = [
+        "#2e7d32" if m >= 1.0 else "#9e9e9e" if max(r.ratios()) >= 1.0 else "#c62828" for m, r in zip(medians, rows)
+    ]
     ax.barh(y, medians, xerr=[low, high], color=colors, capsize=3)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_yticks(list(y), labels, fontsize=8)
@@ -276,7 +280,7 @@ def plot(data: dict, path: Path) -> Path:
     ax.set_xlabel("llama-ffi / llama.cpp (rate; > 1 is faster)")
     ax.set_title(f"{data['cpu']}\n{data['heading']}", fontsize=9)
     for i, m in enumerate(medians):
-        ax.text(m + 0.02, i, f"{m:.2f}", va="center", fontsize=8)
+        ax.text(m + high[i] + 0.02, i, f"{m:.2f}", va="center", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -63,19 +63,23 @@ int llama_ffi_libllama_build_id(unsigned char * out, size_t size) { (void)out; (
 bool llama_ffi_abort_requested(void * data) { return data != NULL && *(volatile int32_t *)data != 0; }
 
 /* llama_decode, keeping a running total of the wall time spent inside it (two clock reads,
-   ~50 ns): the benchmark's "time inside llama_decode". */
+   ~50 ns): the benchmark's "time inside llama_decode". Every Llama's loop thread adds to it, so
+   the total is whole nanoseconds added atomically (a plain `+=` on a double loses updates). */
 #include <time.h>
-static double llama_ffi_decode_total = 0.0;
+static uint64_t llama_ffi_decode_total_ns = 0;
 int32_t llama_ffi_decode(struct llama_context * ctx, struct llama_batch batch) {
     struct timespec t0, t1;
     int32_t rc;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = llama_decode(ctx, batch);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    llama_ffi_decode_total += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (int64_t)(t1.tv_nsec - t0.tv_nsec);
+    __atomic_fetch_add(&llama_ffi_decode_total_ns, (uint64_t)ns, __ATOMIC_RELAXED);
     return rc;
 }
-double llama_ffi_decode_seconds(void) { return llama_ffi_decode_total; }
+double llama_ffi_decode_seconds(void) {
+    return 1e-9 * (double)__atomic_load_n(&llama_ffi_decode_total_ns, __ATOMIC_RELAXED);
+}
 
 /* Hands back the calling thread's OpenMP workers (libgomp, which ggml's CPU backend uses in the
    source build). libgomp keeps a team of workers for every thread that ran a parallel region, and

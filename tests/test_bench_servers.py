@@ -1,0 +1,30 @@
+"""How the benchmark starts the servers it times, and how long its long prompt is."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from bench import concurrent, long_prompt
+from llama_ffi.rpc import free_port
+
+
+def test_a_server_that_exits_at_start_is_reported_at_once_with_its_output():
+    # A server refusing its flags exits within a second; waiting out the start timeout (minutes
+    # for a model's load) hid the reason and stalled the run.
+    argv = [sys.executable, "-c", "import sys; print('error: n_ctx must be >= 0, got -160'); sys.exit(3)"]
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"(?s)exit status 3.*n_ctx must be >= 0, got -160"):
+        concurrent.start_server(argv, free_port(), 120)
+    assert time.monotonic() - t0 < 30
+
+
+def test_the_long_prompt_is_12k_where_the_model_holds_it_else_the_most_that_fits():
+    assert long_prompt.prompt_length(32768) == 12288  # Gemma 3
+    assert long_prompt.prompt_length(8192) == 7680  # SmolLM2: 8 k, with the extension and decoded tokens
+    for n_ctx_train in (2048, 8192, 9000, 16384):
+        n = long_prompt.prompt_length(n_ctx_train)
+        assert n % 256 == 0
+        assert n + long_prompt.N_EXTEND + long_prompt.N_DECODE <= n_ctx_train
