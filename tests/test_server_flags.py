@@ -93,7 +93,8 @@ def test_flash_attention_is_off_by_default_for_long_contexts_on_a_cpu():
     assert flash_attn(*long) is (None if backends.has_gpu() else False)
     assert flash_attn("-c", "0") is flash_attn(*long)  # the model's own context
     assert flash_attn(*long, "-ngl", "0") is False  # computed on the CPU even beside a GPU
-    assert flash_attn() is None and flash_attn("-c", "8192") is None  # short: llama.cpp's auto
+    assert flash_attn() is flash_attn(*long) and flash_attn("-c", "4096") is flash_attn(*long)  # serve's default
+    assert flash_attn("-c", "2048") is None  # short: llama.cpp's auto
     assert flash_attn(*long, "-ctv", "q8_0") is None  # a quantized V cache requires it: auto turns it on
     assert flash_attn(*long, "--embeddings") is None  # no decoding at depth
     assert (flash_attn(*long, "-fa", "auto"), flash_attn("-fa", "on"), flash_attn(*long, "-fa", "off")) == (

@@ -154,9 +154,10 @@ def apply_environment(parser: argparse.ArgumentParser, environ=os.environ) -> No
 # On a CPU llama.cpp's "auto" turns flash attention on, and its one-token decode then slows as the
 # cache grows: at a 7.7 k-token depth (python -m bench --long, SmolLM2, 2 cores) it decoded 28.6 t/s
 # off against 18.5 on (AMD EPYC; prefill even) and 18.3 against 4.7 (Intel Xeon; prefill 0.84x).
-# Agents run servers of long contexts and decode at such depths after each cached prefix; a short
-# context never gets deep, and there auto keeps llama-server's numbers (its own tests hold them).
-LONG_CONTEXT = 16384
+# llama-bench -d on the AMD EPYC puts the crossing near 200 cached tokens: on is 10 % faster at
+# depth 0, off 1.4x faster from 1 k (gemma-3, whose local layers see 512 tokens: even throughout).
+# A context of this server's default size or more fills past that; a smaller one keeps auto.
+LONG_CONTEXT = 4096
 
 
 def long_context_on_cpu(args: argparse.Namespace) -> bool:
