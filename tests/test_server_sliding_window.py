@@ -9,14 +9,17 @@ import httpx
 import pytest
 from server_process import ServerProcess
 
+from bench.long_prompt import long_prompt
+
 pytest.importorskip("fastapi")
 
 N_FIRST, N_EXTEND, N_SHARED = 1600, 64, 100  # gemma-3-270m: a 512-token window in 5 layers of 6
+N_VOCAB = 262144  # gemma-3's
 
 
 def tokens(seed: int, n: int) -> list[int]:
-    """``n`` ordinary token ids, a different run for each seed."""
-    return [1000 + (i * 7919 + seed * 104729) % 50000 for i in range(n)]
+    """``n`` token ids, a different run for each seed (the benchmark's long prompts)."""
+    return long_prompt(N_VOCAB, seed, n)
 
 
 def evaluated(server: ServerProcess, prompt: list[int], n_predict: int) -> int:
