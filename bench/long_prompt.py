@@ -23,6 +23,7 @@ from bench.concurrent import start_server
 # the extension and the decoded tokens (llama-server caps a slot there), else the most that fits
 # (SmolLM2, 8 k: 7,680).
 MAX_LONG, N_DECODE, N_EXTEND = 12288, 32, 256
+SLACK = 64  # cells beyond the prompt, its extension and the decoded tokens
 START_S = 300.0
 # Rows: (server, flags). llama-server's defaults against ours, then ours with other attention and
 # KV settings, to set the defaults by the numbers.
@@ -68,7 +69,12 @@ def long_prompt(n_vocab: int, seed: int, n: int) -> list[int]:
 
 def prompt_length(n_ctx_train: int) -> int:
     """The long prompt's tokens for a model trained on ``n_ctx_train``: whole 256-token blocks."""
-    return min(MAX_LONG, (n_ctx_train - N_EXTEND - N_DECODE - 64) // 256 * 256)
+    return min(MAX_LONG, (n_ctx_train - context_size(0)) // 256 * 256)
+
+
+def context_size(n_long: int) -> int:
+    """The servers' context for a long prompt of ``n_long`` tokens."""
+    return n_long + N_EXTEND + N_DECODE + SLACK
 
 
 def one_round(server: Server, prompt: list[int]) -> dict:
@@ -93,7 +99,7 @@ def bench(model: str, threads: int, repeats: int, tools: Path | None, configs=CO
     commands = {"llama-ffi": [sys.executable, "-m", "llama_ffi.server"]}
     if native:
         commands["llama-server"] = [str(native), "--no-webui"]
-    ctx = n_long + N_EXTEND + N_DECODE + 64
+    ctx = context_size(n_long)
     wanted = [(name, flags) for name, flags in configs if name in commands]
     servers: list[Server] = []
     try:
