@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import near_tie
+from llama_ffi import testing
 
 N_TOKENS = 24
 # Prompts whose greedy continuations are confident (lists, counting, code, a quote to finish):
@@ -67,7 +67,7 @@ def prompt_of(i: int) -> str:
 
 @dataclasses.dataclass
 class Reference:
-    """A greedy answer alone: its text and its steps (``near_tie.Step``: the candidates of each token)."""
+    """A greedy answer alone: its text and its steps (``testing.Step``: the candidates of each token)."""
 
     text: str
     steps: list
@@ -161,7 +161,7 @@ class Soak:
 
     # ---- references ------------------------------------------------------------------------------
     def _alone(self, call) -> Reference:
-        record = near_tie.StepRecorder()
+        record = testing.StepRecorder()
         self.llm.reset()
         return Reference(call(record), record.steps)
 
@@ -207,7 +207,7 @@ class Soak:
         joined = b"".join(self.llm.tokenizer.piece(step[0]) for step in want.steps)
         lead = joined[: len(joined) - len(joined.lstrip())]  # a chat's content may drop it
         text = got.encode() if want.text.encode().startswith(lead) else lead + got.encode()
-        i, gap = near_tie.text_divergence(self.llm, want.steps, text)
+        i, gap = testing.text_divergence(self.llm, want.steps, text)
         if gap < self.report.bound:
             with self._lock:
                 self.report.near_ties += 1
@@ -371,7 +371,7 @@ class Soak:
 
     # ---- the run ---------------------------------------------------------------------------------
     def run(self) -> Report:
-        self.report.bound = near_tie.parallel_bound(self.llm)
+        self.report.bound = testing.parallel_bound(self.llm)
         self.references()
         started = time.perf_counter()
         self._deadline = started + self.minutes * 60

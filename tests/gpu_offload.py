@@ -30,8 +30,7 @@ if devices and len(sys.argv) > 2:
     result["buffers"] = [m for m in records if "model buffer size" in m]
     out = llm.create_completion(%(prompt)r, max_tokens=%(n)d, temperature=0.0)
     result["text"] = out["choices"][0]["text"]
-    sys.path.insert(0, %(repo)r)  # bench.near_tie
-    from bench.near_tie import stepwise_logits
+    from llama_ffi.testing import stepwise_logits
     np.save(sys.argv[2], stepwise_logits(llm))
     llm.close()
     # Two layers on the first GPU, no split: the parameters reach llama.cpp.
@@ -46,7 +45,7 @@ def run(python: str | Path, env: dict, cwd: Path, model: Path | None = None, log
     """``python`` runs ``SCRIPT``: the devices only, or with ``model`` the offloaded runs too (the
     logits saved to ``logits``)."""
     args = [str(model), str(logits)] if model else []
-    code = SCRIPT % {"prompt": PROMPT, "n": N_TOKENS, "repo": str(Path(__file__).resolve().parents[1])}
+    code = SCRIPT % {"prompt": PROMPT, "n": N_TOKENS}
     proc = subprocess.run(
         [str(python), "-c", code, *args], env=env, capture_output=True, text=True, timeout=900, cwd=cwd
     )

@@ -148,7 +148,7 @@ def test_lora_path_is_the_default_set(smollm2_path, files, llm):
 
 
 def test_two_threads_alternating_adapters(llm):
-    from bench.near_tie import assert_same_or_near_tie, parallel_bound
+    from llama_ffi.testing import assert_same_or_near_tie, parallel_bound
 
     names = ("coder", "translator")
     got: dict[str, list[str]] = {name: [] for name in names}
@@ -163,7 +163,7 @@ def test_two_threads_alternating_adapters(llm):
     for t in threads:
         t.join()
     # each step decodes one selection; the requests' cells interleave in the cache, so a near tie
-    # may flip (near_tie), but never another adapter's answer
+    # may flip (llama_ffi.testing), but never another adapter's answer
     for name, outs in got.items():
         for out in set(outs):  # one trace per distinct answer
             assert_same_or_near_tie(llm, PROMPTS[0], out, N, limit=parallel_bound(llm), active_loras=[{"name": name}])
@@ -176,7 +176,7 @@ def test_a_stream_keeps_its_adapter_when_another_request_interleaves(llm):
     parts = [next(stream)["choices"][0]["text"]]
     base = text(llm, PROMPTS[0])  # parks the stream, runs without adapters
     parts += [c["choices"][0]["text"] for c in stream]
-    from bench.near_tie import assert_same_or_near_tie, parallel_bound
+    from llama_ffi.testing import assert_same_or_near_tie, parallel_bound
 
     assert_same_or_near_tie(llm, PROMPTS[1], "".join(parts), N, limit=parallel_bound(llm), active_loras=a)
     assert_same_or_near_tie(llm, PROMPTS[0], base, N, limit=parallel_bound(llm))

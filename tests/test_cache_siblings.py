@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from test_engine import run_threads
 
-from bench.near_tie import assert_same_or_near_tie, logits_gap, parallel_bound
 from llama_ffi.high import Llama, LlamaDiskCache
 from llama_ffi.high.batch import Batch
+from llama_ffi.testing import assert_same_or_near_tie, logits_gap, parallel_bound
 
 PREAMBLES = [
     "The museum opens at nine and closes at five. Tickets are sold at the entrance hall.",

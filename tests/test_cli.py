@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.near_tie import assert_same_or_near_tie
+from llama_ffi.testing import assert_same_or_near_tie
 
 REPO = Path(__file__).resolve().parent.parent
 

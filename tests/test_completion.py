@@ -16,10 +16,10 @@ from conftest import REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.near_tie import assert_same_or_near_tie
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.text_output import StopMatcher
 from llama_ffi.high.tokenizer import TextStream
+from llama_ffi.testing import assert_same_or_near_tie
 
 STORY = "Write a short story about a robot:"
 
@@ -113,7 +113,7 @@ def test_seeded_sampling_repeats_exactly(llm):
 
 def test_prefix_reused_from_the_cache_gives_plain_greedy_output(llm):
     # the cache holds STORY: only its last token is decoded again, alone instead of in the
-    # prompt's batch, so a near tie may flip (near_tie explains the tolerance)
+    # prompt's batch, so a near tie may flip (llama_ffi.testing explains the tolerance)
     llm.reset()
     llm(STORY, max_tokens=4, temperature=0.0)
     before = llm.n_evaluated
@@ -308,8 +308,8 @@ def test_logprobs(llm):
 
 def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     """Against numpy: the prompt and the generated tokens evaluated again in one batch, a log-softmax
-    in float64 per position (tolerance: the batch-vs-single logit gap near_tie measures)."""
-    from bench import near_tie
+    in float64 per position (tolerance: the batch-vs-single logit gap llama_ffi.testing measures)."""
+    from llama_ffi import testing
 
     prompt = llm.tokenize("The capital of France is", special=True)
     llm.reset()
@@ -320,7 +320,7 @@ def test_logprobs_are_the_log_softmax_of_the_raw_logits(llm):
     with Llama(llm.model_path, n_ctx=512, n_threads=2, logits_all=True, progress=False) as every_row:
         every_row.eval(prompt + generated)  # one batch, every position's logits kept
         rows = every_row.scores
-    tolerance = 2 * near_tie.logits_gap(llm) + 1e-3
+    tolerance = 2 * testing.logits_gap(llm) + 1e-3
     for i, (piece, val, top) in enumerate(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])):
         logits = rows[len(prompt) - 1 + i].astype(np.float64)
         want = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
@@ -489,7 +489,7 @@ def test_garbage_collection_frees(smollm2_path):
 
 
 def test_two_threads_on_one_llama_each_get_their_own_output(llm):
-    from bench.near_tie import assert_same_or_near_tie, parallel_bound
+    from llama_ffi.testing import assert_same_or_near_tie, parallel_bound
 
     prompts = ["The capital of France is", "def fibonacci(n):"]
     got: dict[int, list[str]] = {0: [], 1: []}

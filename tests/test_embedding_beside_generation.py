@@ -10,8 +10,7 @@ import minilm
 import numpy as np
 import pytest
 
-from bench import near_tie
-from llama_ffi import lib
+from llama_ffi import lib, testing
 from llama_ffi.high import Llama, LlamaEmbedding
 
 PROMPT = "The three primary colours are"
@@ -34,7 +33,7 @@ def test_a_llama_made_for_embeddings_generates_like_one_that_is_not(embedder, sm
     assert len(embedder.embed(TEXTS[0])) == embedder.n_embd  # its cells go with it
     got = embedder.create_completion(PROMPT, max_tokens=24, temperature=0)["choices"][0]["text"]
     with Llama(smollm2_path, **PARAMS) as plain:  # the same context shapes, embeddings off while generating
-        near_tie.assert_same_or_near_tie(plain, PROMPT, got, 24)
+        testing.assert_same_or_near_tie(plain, PROMPT, got, 24)
 
 
 def test_embeddings_beside_a_stream_neither_wait_nor_disturb_it(embedder):
@@ -51,8 +50,8 @@ def test_embeddings_beside_a_stream_neither_wait_nor_disturb_it(embedder):
     pieces += [chunk["choices"][0]["text"] for chunk in stream]
 
     # other sequences' cells beside it may change the last bits of a sum: the same text, or a near tie
-    near_tie.assert_same_or_near_tie(embedder, PROMPT, "".join(pieces), 48)
-    near_tie.assert_same_or_near_tie(embedder, PROMPT, alone_text, 48)
+    testing.assert_same_or_near_tie(embedder, PROMPT, "".join(pieces), 48)
+    testing.assert_same_or_near_tie(embedder, PROMPT, alone_text, 48)
     cosines = (beside["v"] * alone_vectors).sum(axis=1)
     assert cosines.min() > 0.9999, cosines
 

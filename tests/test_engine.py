@@ -15,9 +15,9 @@ import pytest
 import tiny_adapters
 from waiting import steady
 
-from bench.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+from llama_ffi.testing import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = [f"Question {i}: name a city in country number {i}. Answer:" for i in range(8)]

@@ -9,8 +9,8 @@ import threading
 
 from test_engine import run_threads
 
-from bench.near_tie import assert_same_or_near_tie, parallel_bound
 from llama_ffi.high import Llama
+from llama_ffi.testing import assert_same_or_near_tie, parallel_bound
 
 GREEDY = dict(temperature=0.0)
 LONG = "Write a long story about a lighthouse keeper and the sea."

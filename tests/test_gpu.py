@@ -18,7 +18,7 @@ import pytest
 from gpu_offload import N_TOKENS, PROMPT
 
 import llama_ffi
-from bench.near_tie import assert_same_or_near_tie, bound_across
+from llama_ffi.testing import assert_same_or_near_tie, bound_across
 
 GPU_BACKENDS = {"Vulkan", "CUDA", "HIP", "ROCm", "Metal", "SYCL", "MUSA", "OpenCL", "CANN"}
 

@@ -10,8 +10,8 @@ import logging
 
 from test_engine import run_threads
 
-from bench.near_tie import assert_same_or_near_tie, parallel_bound
 from llama_ffi.high import Llama
+from llama_ffi.testing import assert_same_or_near_tie, parallel_bound
 
 GREEDY = {"temperature": 0.0}
 SUBJECTS = [

@@ -13,8 +13,7 @@ import minilm
 import numpy as np
 import pytest
 
-from bench import near_tie
-from llama_ffi import Llama, LlamaGrammar  # was: from llama_cpp import Llama, LlamaGrammar
+from llama_ffi import Llama, LlamaGrammar, testing  # was: from llama_cpp import Llama, LlamaGrammar
 from llama_ffi.llama_speculative import LlamaPromptLookupDecoding, SpecConfig, SpeculativeType
 
 
@@ -179,7 +178,7 @@ def test_prompt_lookup_decoding_as_draft_model(smollm2_path, llm):
     assert fast.speculative.kind == SpeculativeType.NGRAM_MAP_K and fast.speculative.ngram_size_m == 10
     prompt = "red green blue red green blue red green blue red green blue red green"
     text = fast(prompt, max_tokens=24, temperature=0)["choices"][0]["text"]
-    near_tie.assert_same_or_near_tie(llm, prompt, text, 24)
+    testing.assert_same_or_near_tie(llm, prompt, text, 24)
     fast.close()
 
 
@@ -341,7 +340,7 @@ def test_logits_all_keeps_every_row_of_scores(smollm2_path):
         for i in (0, len(tokens) // 2, len(tokens) - 1):  # each row is that prefix's next-token logits
             plain.reset()
             plain.eval(tokens[: i + 1])
-            np.testing.assert_allclose(rows[i], plain.logits(), atol=2e-2 + 2 * near_tie.logits_gap(plain))
+            np.testing.assert_allclose(rows[i], plain.logits(), atol=2e-2 + 2 * testing.logits_gap(plain))
         generated = list(full.generate(tokens, max_tokens=4, temperature=0))
         assert full.scores.shape[0] == full.n_tokens == len(tokens) + len(generated) - 1
         assert int(np.argmax(full.scores[-1])) == generated[-1]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tiny_mmproj
 
-from bench.near_tie import parallel_bound
 from llama_ffi import ffi
 from llama_ffi.high import Llama, MTMDChatHandler
 from llama_ffi.high.speculative import SpecConfig
+from llama_ffi.testing import parallel_bound
 
 N, N_CTX = 16, 2048
 QUESTION = "Describe."

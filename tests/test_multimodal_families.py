@@ -16,11 +16,11 @@ import tiny_gemma4
 import tiny_qwen
 from test_multimodal import png
 
-from bench.near_tie import bound
 from llama_ffi.high import Llama
 from llama_ffi.high.chat import media_parts
 from llama_ffi.high.chat.completion import call_options, plan_chat
 from llama_ffi.high.chat.templates import ChatTemplate
+from llama_ffi.testing import bound
 
 N, N_CTX = 16, 4096
 QUESTION = "Describe."

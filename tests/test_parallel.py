@@ -1,13 +1,13 @@
 """Many sequences at once: a list of prompts and n choices per prompt, decoded together in one
-llama_decode per step, against the same prompts run alone (near ties explained, see near_tie)."""
+llama_decode per step, against the same prompts run alone (near ties explained, see llama_ffi.testing)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.near_tie import assert_same_or_near_tie, parallel_bound
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.engine.choices import DEFAULT_SLOTS, choice_seed
+from llama_ffi.testing import assert_same_or_near_tie, parallel_bound
 
 PROMPTS = [
     "The capital of France is",

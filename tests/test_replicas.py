@@ -19,8 +19,8 @@ import httpx
 import pytest
 from server_process import free_port
 
-from bench.near_tie import assert_same_or_near_tie, parallel_bound
 from llama_ffi.high import Llama
+from llama_ffi.testing import assert_same_or_near_tie, parallel_bound
 
 pytestmark = pytest.mark.ray
 

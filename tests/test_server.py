@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import ServerProcess
 
-from bench import near_tie
-from llama_ffi import lib
+from llama_ffi import lib, testing
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
@@ -90,7 +89,7 @@ def test_greedy_completion_equals_the_in_process_llama(client, reference):
     )
     assert out.object == "text_completion" and out.choices[0].finish_reason == "length"
     assert out.usage.completion_tokens == 24 and out.usage.prompt_tokens == len(reference.tokenize(PROMPT))
-    near_tie.assert_same_or_near_tie(reference, PROMPT, out.choices[0].text, 24)
+    testing.assert_same_or_near_tie(reference, PROMPT, out.choices[0].text, 24)
 
 
 def test_streamed_completion_equals_the_whole_one(single):
@@ -142,8 +141,8 @@ def test_token_prompts_and_lists_of_prompts(client, single, reference):
         model="SmolLM2-135M-Instruct.Q4_1.gguf", prompt=[PROMPT, "Two plus two is"], max_tokens=8, temperature=0
     )
     assert [c.index for c in many.choices] == [0, 1]
-    near_tie.assert_same_or_near_tie(
-        reference, "Two plus two is", many.choices[1].text, 8, limit=near_tie.parallel_bound(reference)
+    testing.assert_same_or_near_tie(
+        reference, "Two plus two is", many.choices[1].text, 8, limit=testing.parallel_bound(reference)
     )
 
 
@@ -223,7 +222,7 @@ def test_chat_equals_the_in_process_llama_and_streams_the_same_text(single, refe
     assert out.choices[0].message.role == "assistant"
     if out.choices[0].message.content != want["choices"][0]["message"]["content"]:
         prompt = reference.tokenize(_rendered(reference), special=True)
-        near_tie.assert_same_or_near_tie(reference, prompt, out.choices[0].message.content, 24)
+        testing.assert_same_or_near_tie(reference, prompt, out.choices[0].message.content, 24)
     afresh(single)
     chunks = list(
         client.chat.completions.create(
@@ -389,7 +388,7 @@ def test_async_clients_are_decoded_together(server, reference):
 
     before = metric(server, "n_busy_slots_per_decode")
     prompts, outs = asyncio.run(main())
-    bound = near_tie.parallel_bound(reference)
+    bound = testing.parallel_bound(reference)
     for p, out in zip(prompts, outs):
         assert_greedy_or_near_tie(reference, p, out.choices[0].text, 16, bound)
     assert metric(server, "n_busy_slots_per_decode") > before  # some steps carried several clients
@@ -401,7 +400,7 @@ def assert_greedy_or_near_tie(llm, prompt: str, got: str, n: int, bound: float) 
     (the plain run's logits; with several clients in the steps the third-best can win a near tie
     as well as the runner-up)."""
     tokens = llm.tokenize(prompt)
-    want = [s[0] for s in near_tie.greedy_trace(llm, tokens, n)]
+    want = [s[0] for s in testing.greedy_trace(llm, tokens, n)]
     pieces = [llm.tokenizer.piece(t) for t in want]
     got_bytes, done, i = got.encode(), b"", 0
     while i < len(pieces) and got_bytes.startswith(done + pieces[i]):
@@ -947,8 +946,8 @@ def test_lora_adapters_per_request(smollm2_path, tmp_path):
         # decodes the last prompt token alone, which some CPUs compute a little differently)
         by_default_selections = [[{"name": "a", "scale": 0.5}], []]
         for out, selection in zip(outs + by_default, selections + by_default_selections):
-            near_tie.assert_same_or_near_tie(
-                llm, prompt, out, 12, limit=near_tie.parallel_bound(llm), active_loras=selection
+            testing.assert_same_or_near_tie(
+                llm, prompt, out, 12, limit=testing.parallel_bound(llm), active_loras=selection
             )
 
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from server_process import ServerProcess
 
-from bench import near_tie
+from llama_ffi import testing
 from llama_ffi.high import Llama
 
 PROMPT = "Once upon a time"
@@ -26,7 +26,7 @@ def test_sampling_flags_are_the_requests_defaults(server, smollm2_path):
     got = httpx.post(server.url + "/v1/completions", json={"prompt": PROMPT}, timeout=60).json()
     assert got["usage"]["completion_tokens"] == 7
     with Llama(smollm2_path, n_ctx=512, progress=False) as llm:  # one slot's cells; greedy
-        near_tie.assert_same_or_near_tie(llm, PROMPT, got["choices"][0]["text"], 7)
+        testing.assert_same_or_near_tie(llm, PROMPT, got["choices"][0]["text"], 7)
     longer = httpx.post(server.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 9}, timeout=60)
     assert longer.json()["usage"]["completion_tokens"] == 9  # the request's own value wins
 
@@ -67,7 +67,7 @@ def test_native_completion_shape(keyed, smollm2_path):
     top = first["completion_probabilities"][0]["top_logprobs"]
     assert len(top) == 2 and top[0]["logprob"] >= top[1]["logprob"] and isinstance(top[0]["id"], int)
     with Llama(smollm2_path, n_ctx=512, progress=False) as llm:
-        near_tie.assert_same_or_near_tie(llm, "The sky is", first["content"], first["tokens_predicted"])
+        testing.assert_same_or_near_tie(llm, "The sky is", first["content"], first["tokens_predicted"])
     assert second["tokens_evaluated"] == 2
 
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, greedy_trace
 from llama_ffi import lib
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
 from llama_ffi.high.speculative.ngram import NgramMapK, NgramMapK4V
+from llama_ffi.testing import assert_same_or_near_tie, assert_same_or_sampling_flip, greedy_trace
 
 N_CTX = 1024
 # SmolLM2 continues this with more methods of the same shape: long runs an n-gram drafter can copy

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_mamba import write_gguf
 
-from bench.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+from llama_ffi.testing import assert_same_or_near_tie, assert_same_or_sampling_flip
 
 
 @pytest.fixture(scope="module")

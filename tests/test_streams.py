@@ -2,7 +2,7 @@
 
 A stream keeps its slot while its reader pauses (the engine decodes a bounded number of tokens
 ahead), and other requests are decoded meanwhile, in the same steps: the texts equal each request
-alone, or differ at an explained near tie (near_tie: several sequences in one batch sum in another
+alone, or differ at an explained near tie (llama_ffi.testing: several sequences in one batch sum in another
 order). A speculative Llama's streams go through the same engine, drafts and all."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from bench.near_tie import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
+from llama_ffi.testing import assert_same_or_near_tie, assert_same_or_sampling_flip, parallel_bound
 
 STORY = "Once upon a time, in a small village by the sea, there lived"
 QUESTION = "The three primary colours are"

@@ -23,7 +23,7 @@ import gpu_offload
 import numpy as np
 import pytest
 
-from bench.near_tie import assert_same_or_near_tie, bound_across
+from llama_ffi.testing import assert_same_or_near_tie, bound_across
 
 pytestmark = pytest.mark.wheel
 
@@ -178,8 +178,7 @@ from llama_ffi import Llama
 from llama_ffi.registry import fetch
 llm = Llama(str(fetch()), n_ctx=256, progress=False)
 out = llm.create_completion({prompt!r}, max_tokens={n}, temperature=0.0)
-sys.path.insert(0, {repo!r})  # bench.near_tie
-from bench.near_tie import stepwise_logits
+from llama_ffi.testing import stepwise_logits
 np.save("logits.npy", stepwise_logits(llm))
 print(json.dumps({{"text": out["choices"][0]["text"]}}))
 """
@@ -188,7 +187,7 @@ print(json.dumps({{"text": out["choices"][0]["text"]}}))
 def test_greedy_text_equals_the_source_build_or_a_near_tie(venv, tmp_path, smollm2_path):
     from llama_ffi.high import Llama
 
-    code = _GREEDY.format(prompt=PROMPT, n=N_TOKENS, repo=str(Path(__file__).resolve().parents[1]))
+    code = _GREEDY.format(prompt=PROMPT, n=N_TOKENS)
     proc = run_in_venv(venv, code, tmp_path)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])["text"]

@@ -1,5 +1,6 @@
-"""Honest comparisons of batched and single-token decoding: the one near-tie rule of the test
-suite and of the soak (``bench.soak``).
+"""Comparing greedy outputs honestly, for tests of code that runs on llama-ffi (as
+``numpy.testing`` is for numpy's users): the one near-tie rule of llama-ffi's own test suite and of
+its soak (``bench/soak.py``), here so that neither depends on the other.
 
 llama.cpp's CPU kernels give logits computed in a batch that can differ from a single decode's
 (measured here: 0 for SmolLM2 Q4_1, up to 1.15 for gemma-3 Q4_K_M, whose repacked batched kernel
@@ -127,6 +128,7 @@ def parallel_bound(llm, n_seq: int = 6) -> float:
 
 
 def bound(llm) -> float:
+    """The near-tie bound for one sequence decoded alone: twice ``gap``, plus FLOOR."""
     return 2.0 * gap(llm) + FLOOR
 
 
