@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from llama_ffi import lib
 from llama_ffi.high import Llama, LlamaGrammar
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
-from llama_ffi.high.speculative.ngram import NgramMapK, NgramMapK4V
+from llama_ffi.high.speculative.ngram import NgramIndex, NgramMapK, NgramMapK4V
 from llama_ffi.testing import assert_same_or_near_tie, assert_same_or_sampling_flip, greedy_trace
 
 N_CTX = 1024
@@ -291,6 +291,33 @@ def test_ngram_map_k4v_drafts_only_a_dominant_value():
     # max_values=1: only the most recent value is counted
     one = NgramMapK4V(size_n=1, size_m=2, min_hits=1, max_values=1)
     assert one.draft([9, 1, 2, 9, 3, 4, 0, 9], 2) == [3, 4]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 5), min_size=0, max_size=80),
+    st.lists(st.integers(1, 6), min_size=1, max_size=10),
+    st.lists(st.integers(0, 5), min_size=1, max_size=40),
+)
+def test_ngram_index_grown_token_by_token_equals_one_built_at_once(tokens, steps, other):
+    # The engine appends to one history list and looks up after each step; the index extends by
+    # the new tokens only. A history that does not continue the indexed one (another request on
+    # the drafter) starts it over.
+    grown, history, i = NgramIndex(3), [], 0
+    for step in steps * 20:
+        history.extend(tokens[i : i + step])
+        i += step
+        grown.extend_to(history)
+    whole = NgramIndex(3)
+    whole.extend_to(list(tokens))
+    assert grown.history == tokens and grown.positions == whole.positions
+    restarted = [t + 6 for t in other]  # shares no token with the indexed history
+    grown.extend_to(restarted)
+    fresh = NgramIndex(3)
+    fresh.extend_to(restarted)
+    assert grown.history == restarted and grown.positions == fresh.positions
+    for key in fresh.positions:
+        assert grown.earlier(key) == [p for p in fresh.positions[key] if p < len(restarted) - 3]
 
 
 # ---- errors at construction --------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+CHECKED_TAIL = 64  # indexed tokens compared with a new history before extending the index
+
 
 class NgramIndex:
     """Start positions of every n-gram in a growing token history."""
@@ -28,21 +30,26 @@ class NgramIndex:
         self.positions = {}
 
     def extend_to(self, history: list[int]) -> None:
-        """Index ``history``; it must extend what was indexed before (else start over)."""
+        """Index ``history``; it must extend what was indexed before (else start over). Only the
+        last ``CHECKED_TAIL`` indexed tokens are compared, so a lookup costs the new tokens, not
+        the whole history (comparing and copying 12 k tokens took ~50 µs per token): a choice's
+        history only grows, and a rewrite behind an unchanged tail would cost rejected drafts
+        (every draft is verified by the model), never wrong text."""
         done = len(self.history)
-        if history[:done] != self.history:
+        tail = min(done, CHECKED_TAIL)
+        if len(history) < done or history[done - tail : done] != self.history[done - tail :]:
             self.reset()
             done = 0
         n, positions = self.n, self.positions
-        self.history = list(history)
+        self.history.extend(history[done:])
         for start in range(max(done - n + 1, 0), len(history) - n + 1):
             positions.setdefault(tuple(history[start : start + n]), []).append(start)
 
     def earlier(self, key: tuple[int, ...]) -> list[int]:
         """Start positions of ``key`` before its occurrence at the end of the history."""
         found = self.positions.get(key, ())
-        end = len(self.history) - self.n
-        return [p for p in found if p < end]
+        end = len(self.history) - self.n  # positions grow in order: only the last can be the end's
+        return list(found[:-1]) if found and found[-1] >= end else list(found)
 
 
 class _NgramDrafter:
