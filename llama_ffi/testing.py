@@ -13,9 +13,14 @@ fixed text, and the token taken instead is the runner-up.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from llama_ffi.high import Llama
 
 FLOOR = 0.05  # logits: below any margin that a wrong cache position or a lost token would leave
 # Long enough to reach the kernels llama.cpp uses for large batches: measured on SmolLM2 Q4_1, a
@@ -34,7 +39,7 @@ GAP_N_CTX = 512  # GAP_TEXT once
 PARALLEL_N_CTX = 2048  # n_seq suffixes of GAP_TEXT side by side
 
 
-def stepwise_logits(llm, text: str | list[int] = GAP_TEXT) -> np.ndarray:
+def stepwise_logits(llm: Llama, text: str | list[int] = GAP_TEXT) -> np.ndarray:
     """The logits after each token of ``text`` (or of these tokens), decoded one token at a time
     from a fresh cache."""
     tokens = llm.tokenize(text) if isinstance(text, str) else list(text)
@@ -108,31 +113,31 @@ def _parallel_gap(model_path: str, n_seq: int) -> float:
         return worst[0]
 
 
-def gap(llm) -> float:
+def gap(llm: Llama) -> float:
     """The largest batch-vs-single logit difference among the top candidates of ``llm``'s model on
     this machine."""
     return _gaps(llm.model_path)[1]
 
 
-def logits_gap(llm) -> float:
+def logits_gap(llm: Llama) -> float:
     """The largest batch-vs-single logit difference over the whole vocabulary (for comparing
     logit rows)."""
     return _gaps(llm.model_path)[0]
 
 
-def parallel_bound(llm, n_seq: int = 6) -> float:
+def parallel_bound(llm: Llama, n_seq: int = 6) -> float:
     """The near-tie bound for sequences decoded by the engine next to others: twice the larger of
     the two differences measured on this machine (batch vs single, and sequences among others'
     cells), plus FLOOR."""
     return 2.0 * max(gap(llm), _parallel_gap(llm.model_path, n_seq)) + FLOOR
 
 
-def bound(llm) -> float:
+def bound(llm: Llama) -> float:
     """The near-tie bound for one sequence decoded alone: twice ``gap``, plus FLOOR."""
     return 2.0 * gap(llm) + FLOOR
 
 
-def bound_across(llm, other: np.ndarray) -> float:
+def bound_across(llm: Llama, other: np.ndarray) -> float:
     """The near-tie bound between ``llm`` and another build or device of the same model, whose
     ``stepwise_logits`` are ``other``: twice the larger of their measured difference and ``llm``'s
     batch gap, plus FLOOR."""
@@ -158,7 +163,7 @@ class StepRecorder:
     def __init__(self) -> None:
         self.steps: list[Step] = []
 
-    def __call__(self, ids, logits):
+    def __call__(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
         top = np.argpartition(-logits, TOP)[:TOP]
         top = sorted(top, key=lambda t: -logits[t])
         step = Step((int(top[0]), int(top[1]), float(logits[top[0]] - logits[top[1]])))
@@ -167,7 +172,7 @@ class StepRecorder:
         return logits
 
 
-def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **sampling) -> list[Step]:
+def greedy_trace(llm: Llama, prompt_tokens: Sequence[int], n: int, processors: Sequence = (), **sampling) -> list[Step]:
     """Plain greedy decoding, one token at a time: a ``Step`` per token, its logits taken after
     ``processors`` (a logits processor of the run being compared)."""
     record = StepRecorder()
@@ -181,11 +186,11 @@ def greedy_trace(llm, prompt_tokens: list[int], n: int, processors=(), **samplin
 
 
 def assert_same_or_near_tie(
-    llm,
+    llm: Llama,
     prompt: str | list[int],
     got: str | list[int],
     n: int,
-    processors=(),
+    processors: Sequence = (),
     limit: float | None = None,
     steps: list[Step] | None = None,
     **sampling,
@@ -216,7 +221,7 @@ def assert_same_or_near_tie(
     )
 
 
-def text_divergence(llm, steps: list[Step], got: bytes, back: int = 3) -> tuple[int, float]:
+def text_divergence(llm: Llama, steps: list[Step], got: bytes, back: int = 3) -> tuple[int, float]:
     """Where ``got`` (a run's text) leaves the reference's tokens, and how far below the reference's
     choice the run's token there was. The run's tokens may be cut differently from the reference's:
     a reference token can be a prefix of the run's (" a" of " and"), so the divergence is
@@ -247,7 +252,7 @@ def text_divergence(llm, steps: list[Step], got: bytes, back: int = 3) -> tuple[
 
 
 def assert_same_or_sampling_flip(
-    llm, prompt: list[int], got: list[int], want: list[int], temperature: float, batched: bool = False
+    llm: Llama, prompt: list[int], got: list[int], want: list[int], temperature: float, batched: bool = False
 ) -> None:
     """Two seeded sampled runs (``want`` plain, ``got`` another batch shape) draw the same random
     numbers, so they agree unless different logits move a draw across a boundary between two
