@@ -299,7 +299,7 @@ def test_ngram_map_k4v_drafts_only_a_dominant_value():
     st.lists(st.integers(1, 6), min_size=1, max_size=10),
     st.lists(st.integers(0, 5), min_size=1, max_size=40),
 )
-def test_ngram_index_grown_token_by_token_equals_one_built_at_once(tokens, steps, other):
+def test_ngram_index_grown_step_by_step_equals_one_built_at_once(tokens, steps, other):
     # The engine appends to one history list and looks up after each step; the index extends by
     # the new tokens only. A history that does not continue the indexed one (another request on
     # the drafter) starts it over.
