@@ -12,6 +12,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -37,11 +38,23 @@ class BuildLlamaFFI(build_ext):
                     replace_file(built, target)
 
 
+class BuildWithStartupHook(build_py):
+    """Also puts ``llama_ffi_as_llama_cpp.pth`` at the top of the wheel, where ``site`` runs it at
+    interpreter start: ``LLAMA_FFI_AS_LLAMA_CPP=1`` lends llama-ffi the ``llama_cpp`` name to
+    programs one cannot edit (``_llama_ffi_as_llama_cpp``)."""
+
+    def run(self) -> None:
+        super().run()
+        hook = "llama_ffi_as_llama_cpp.pth"
+        self.copy_file(str(ROOT / hook), str(Path(self.build_lib) / hook))
+
+
 setup(
     # The module uses only CPython's stable ABI (cffi's C code defines Py_LIMITED_API): one build,
     # and one wheel tagged cp39-abi3, serves every CPython from 3.9 on.
     ext_modules=[Extension("llama_ffi._lib", sources=[], py_limited_api=True)],
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
-    cmdclass={"build_ext": BuildLlamaFFI},
+    cmdclass={"build_ext": BuildLlamaFFI, "build_py": BuildWithStartupHook},
+    py_modules=["_llama_ffi_as_llama_cpp"],
     package_data={"llama_ffi": ["lib/*.so", "lib/*.dylib", "py.typed", "*.pyi"]},
 )

@@ -27,7 +27,7 @@ from llama_ffi import backends as _backends
 from llama_ffi._guard import check_libraries as _check_libraries
 
 __version__ = "0.1.0"
-__all__ = ["ffi", "lib", "build_info", "__version__"]
+__all__ = ["ffi", "lib", "build_info", "install_as_llama_cpp", "__version__"]
 
 _check_libraries()
 _logging.install()
@@ -65,3 +65,15 @@ def build_info() -> dict[str, object]:
         "cpu_library": cpu_library,
         "devices": _backends.devices(),
     }
+
+
+def install_as_llama_cpp(force: bool = False) -> bool:
+    """Lend llama-ffi the ``llama_cpp`` name in this process: ``import llama_cpp`` and each of
+    llama-cpp-python's submodules (``llama_cpp.llama``, ``.llama_types``, ``.llama_chat_format``,
+    ...) resolve to ``llama_ffi.llama_cpp``, so code and libraries written for llama-cpp-python run
+    unchanged. A real llama-cpp-python, installed or imported, is left alone with a warning unless
+    ``force``. Returns whether the name is lent. For programs one cannot edit, set
+    ``LLAMA_FFI_AS_LLAMA_CPP=1`` (or ``force``) in their environment."""
+    import _llama_ffi_as_llama_cpp
+
+    return _llama_ffi_as_llama_cpp.install(force=force)

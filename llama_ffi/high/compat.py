@@ -18,9 +18,6 @@ from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.sampling_fields import LEGACY
 
-# llama-cpp-python's -1 seed: a random one (llama.cpp's LLAMA_DEFAULT_SEED).
-RANDOM_SEED = -1
-
 
 class CallableInt(int):
     """An int that can also be called: ``llm.n_ctx`` (ours) and ``llm.n_ctx()`` (theirs)."""
@@ -37,10 +34,6 @@ def vocab_token(read):
 
     token.__doc__ = f"The vocabulary's token of {read.__name__} (-1 where it has none)."
     return token
-
-
-def seed_value(seed: int) -> int:
-    return lib.LLAMA_DEFAULT_SEED if seed == RANDOM_SEED else seed
 
 
 # Parameters llama.cpp removed: the value that keeps llama.cpp's behaviour, and why others fail.
@@ -194,14 +187,7 @@ def scores(llm) -> np.ndarray:
     return out
 
 
-def checked_seed(seed: int) -> int:
-    """``set_seed``'s argument as llama.cpp's seed (-1: a random one)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed <= 0xFFFFFFFF:
-        raise RequestValueError(f"seed must be an int in 0..0xFFFFFFFF (or -1: random), got {seed!r}")
-    return seed_value(seed)
-
-
-def sampling_params(default_seed: int, last_n_tokens_size: int, seed: int | None = None, **kw):
+def sampling_params(seed: int, last_n_tokens_size: int, **kw):
     """A request's SamplingParams from llama-cpp-python's names (``temp``, ``mirostat``); an
     unknown name is an error. ``penalty_last_n`` defaults to the Llama's ``last_n_tokens_size``."""
     from llama_ffi.high.sampling import SamplingParams
@@ -214,7 +200,7 @@ def sampling_params(default_seed: int, last_n_tokens_size: int, seed: int | None
     unknown = sorted(set(kw) - set(SamplingParams.__dataclass_fields__))
     if unknown:
         raise RequestTypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
-    return SamplingParams(seed=default_seed if seed is None else seed_value(seed), **kw)
+    return SamplingParams(seed=seed, **kw)
 
 
 _numa_started = False

@@ -24,6 +24,7 @@ from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model
 from llama_ffi.high.request import as_tuple, from_keywords
 from llama_ffi.high.sampling import SamplingParams
+from llama_ffi.high.seeds import SeedChain
 from llama_ffi.high.speculative import SpeculativeStats
 
 T = TypeVar("T")
@@ -50,7 +51,7 @@ class Llama:
         compat.init_numa(p.numa)
         if p.verbose:
             enable_verbose_logging()
-        self.set_seed(p.seed)
+        self._seeds = SeedChain(p.seed)
         self.context_params = p.context.to_c()  # validated before the (slow) model load
         if p.speculative is not None:
             p.speculative.validate(self.context_params.n_batch)
@@ -291,9 +292,9 @@ class Llama:
 
     # ---- completion ------------------------------------------------------------------------------------
     def sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
-        """A request's sampling settings from llama-cpp-python's keywords, with this Llama's seed and
-        ``last_n_tokens_size`` as defaults."""
-        return compat.sampling_params(self.seed, self.last_n_tokens_size, seed, **kw)
+        """A request's sampling settings from llama-cpp-python's keywords, with ``last_n_tokens_size``
+        as a default; without a ``seed``, the next of this Llama's seed chain (``seeds``)."""
+        return compat.sampling_params(self._seeds.next(seed), self.last_n_tokens_size, **kw)
 
     def create_completion(
         self,
@@ -420,8 +421,14 @@ class Llama:
         return self.engine.run(lambda: compat.scores(self), main=False)
 
     def set_seed(self, seed: int) -> None:
-        """The default seed of later requests (-1 or LLAMA_DEFAULT_SEED: a random one)."""
-        self.seed = compat.checked_seed(seed)
+        """Restart the seed chain that requests without a seed draw from (-1 or LLAMA_DEFAULT_SEED:
+        every such request samples with a random seed)."""
+        self._seeds.restart(seed)
+
+    @property
+    def seed(self) -> int:
+        """Where the seed chain stands: the seed of the latest request (``save_state`` records it)."""
+        return self._seeds.current
 
     def set_cache(self, cache) -> None:
         """Keep what slots lose in ``cache`` (``LlamaRAMCache`` / ``LlamaDiskCache``; None: no cache)."""

@@ -9,11 +9,13 @@ its sampler); a new option of the request is one field here plus its API mapping
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from llama_ffi.high._checks import flag
 from llama_ffi.high.compat import completion_options as compat_options
 from llama_ffi.high.errors import RequestTypeError
 from llama_ffi.high.sampling import SamplingParams
@@ -72,6 +74,11 @@ def as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (list, tuple)) else (x,)
 
 
+def ignoring_end_of_generation(tokenizer, bias: Mapping[int, float] | None) -> dict[int, float]:
+    """``bias`` with every end-of-generation token banned: ``ignore_eos``, as llama-server does it."""
+    return {**(bias or {}), **dict.fromkeys(tokenizer.end_of_generation(), -math.inf)}
+
+
 def from_keywords(llm, keywords: Mapping[str, Any], **defaults) -> GenerationRequest:
     """llama-cpp-python's keyword arguments (``create_completion``'s, a chat call's) as the typed
     request: the request's own options by name, every other keyword a sampling parameter (its
@@ -86,6 +93,8 @@ def from_keywords(llm, keywords: Mapping[str, Any], **defaults) -> GenerationReq
         else:
             sampling[key] = value
     compat_options(sampling)
+    if flag("ignore_eos", sampling.pop("ignore_eos", False)):
+        sampling["logit_bias"] = ignoring_end_of_generation(llm.tokenizer, sampling.get("logit_bias"))
     own["stop"] = normalize_stop(own.get("stop"))
     own["logits_processor"] = as_tuple(own.get("logits_processor"))
     own["stopping_criteria"] = as_tuple(own.get("stopping_criteria"))

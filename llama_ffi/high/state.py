@@ -290,3 +290,5 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
             llm.main_sequence.decode([last], last_pos)
 
     llm.run_on_context(restore, idle=whole_context)
+    if isinstance(saved, compat.LlamaState):  # it recorded where the seed chain stood
+        llm.set_seed(saved.seed)

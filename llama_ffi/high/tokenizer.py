@@ -11,6 +11,9 @@ from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
 
 class Tokenizer:
+    """A model's vocabulary: ``tokenize``, ``detokenize``, ``piece``. Calling it (``llm.tokenizer()``,
+    llama-cpp-python's method) gives the ``LlamaTokenizer`` view of the same vocabulary."""
+
     def __init__(self, vocab_owner) -> None:
         self._owner = vocab_owner  # a Model: its vocab lives as long as it is open
         self._local = threading.local()  # a reused piece buffer per thread (hot path)
@@ -92,6 +95,61 @@ class Tokenizer:
             buf = ffi.new("char[]", capacity)
             n = lib.llama_detokenize(self._vocab, arr, len(tokens), buf, capacity, False, special)
         return ffi.unpack(buf, n)
+
+    def __call__(self) -> LlamaTokenizer:
+        return LlamaTokenizer(self)
+
+
+class BaseLlamaTokenizer:
+    """llama-cpp-python's tokenizer interface: bytes in and out (``tokenize``/``detokenize``)."""
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
+        raise NotImplementedError
+
+    def detokenize(
+        self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None, special: bool = False
+    ) -> bytes:
+        raise NotImplementedError
+
+
+class LlamaTokenizer(BaseLlamaTokenizer):
+    """llama-cpp-python's ``LlamaTokenizer``: a Llama's (or a ``Tokenizer``'s) vocabulary with
+    ``encode``/``decode`` on text and ``tokenize``/``detokenize`` on bytes."""
+
+    def __init__(self, llama) -> None:
+        self._tokenizer: Tokenizer = llama if isinstance(llama, Tokenizer) else llama.tokenizer
+        self._owned = None  # a vocabulary-only model this view loaded itself (from_ggml_file)
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self._tokenizer.tokenize(text, add_bos, special)
+
+    def detokenize(
+        self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None, special: bool = False
+    ) -> bytes:
+        if prev_tokens:
+            return self._tokenizer.detokenize_after(tokens, prev_tokens, special)
+        return self._tokenizer.detokenize(tokens, special)
+
+    def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos=add_bos, special=special)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.detokenize(tokens).decode("utf-8", errors="ignore")
+
+    @classmethod
+    def from_ggml_file(cls, path: str) -> LlamaTokenizer:
+        """The tokenizer of a GGUF, loading its vocabulary only; ``close()`` frees it."""
+        from llama_ffi.high.model import Model, ModelParams
+
+        model = Model(path, ModelParams(vocab_only=True))
+        view = cls(Tokenizer(model))
+        view._owned = model
+        return view
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
 
 
 class TextStream:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from llama_ffi.high.grammar import LlamaGrammar
-from llama_ffi.high.request import GenerationRequest, from_keywords
+from llama_ffi.high.request import GenerationRequest, from_keywords, ignoring_end_of_generation
 from llama_ffi.high.sampling_fields import BY_KEY
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.options import ServerOptions
@@ -32,8 +32,7 @@ def logit_bias(llm, body: Sampling) -> dict[int, float] | None:
         for token in tokens:
             bias[token] = float(value)
     if body.ignore_eos:
-        for token in llm.tokenizer.end_of_generation():  # as llama-server: every one is banned
-            bias[token] = -math.inf
+        bias = ignoring_end_of_generation(llm.tokenizer, bias)
     return bias or None
 
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from llama_ffi import ffi, lib
 from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
-from llama_ffi.high.chat import media_parts
+from llama_ffi.high.chat import formats, media_parts
 from llama_ffi.high.chat import tools as tool_calls
 from llama_ffi.high.chat.constraint import call_form, reply_constraint
 from llama_ffi.high.chat.formats import format_with_builtin
@@ -344,12 +344,29 @@ async def achat_completion(llm, messages, request: GenerationRequest, **chat):
     return await plan.afinish(await results.acomplete(llm, plan.tokens, plan.request))
 
 
+def completion_handler(llm, kwargs: dict):
+    """The llama-cpp-python chat completion handler this call goes to (its own ``chat_handler``,
+    the Llama's, or a registered ``chat_format``), or None for llama-ffi's own chat path."""
+    handler = kwargs.get("chat_handler", llm.chat_handler)
+    if handler is None:
+        handler = formats.REGISTERED.get(kwargs.get("chat_format", llm.chat_format))
+    return handler if formats.is_completion_handler(handler) else None
+
+
 def create_chat_completion(llm, messages, **kwargs):
+    handler = completion_handler(llm, kwargs)
+    if handler is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("chat_handler", "chat_format")}
+        return handler(llama=llm, messages=messages, **kwargs)
     request, chat = split_keywords(llm, kwargs)
     return chat_completion(llm, messages, request, **chat)
 
 
 async def acreate_chat_completion(llm, messages, **kwargs):
+    if completion_handler(llm, kwargs) is not None:  # a handler of llama-cpp-python's is synchronous
+        raise RequestValueError(
+            "acreate_chat_completion does not run llama-cpp-python chat handlers: use create_chat_completion"
+        )
     request, chat = split_keywords(llm, kwargs)
     return await achat_completion(llm, messages, request, **chat)
 

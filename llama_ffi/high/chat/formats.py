@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 from llama_ffi import ffi, lib
 from llama_ffi.high.errors import RequestValueError
 
@@ -10,7 +15,7 @@ from llama_ffi.high.errors import RequestValueError
 ALIASES = {
     "llama-2": "llama2",
     "llama-3": "llama3",
-    "mistral-instruct": "mistral-v1",
+    "mistral-instruct": "llama2",  # Mistral-Instruct's own template renders as llama.cpp's llama2 (no system)
     "phi-3": "phi3",
     "qwen": "chatml",
     # ChatML with its tools described in the prompt and Hermes-style calls parsed back,
@@ -28,6 +33,8 @@ def builtin_formats() -> list[str]:
 
 def resolve(name: str) -> str:
     known = builtin_formats()
+    if name in REGISTERED:
+        raise RequestValueError(f"chat_format {name!r} is a registered handler, not one of llama.cpp's formats")
     real = ALIASES.get(name, name)
     if real not in known:
         raise RequestValueError(f"unknown chat_format {name!r}; llama.cpp knows: {', '.join(known)}")
@@ -51,3 +58,65 @@ def format_with_builtin(name: str, messages: list[dict], add_generation_prompt: 
     if n < 0:
         raise RequestValueError(f"llama.cpp could not apply the {real!r} format to these messages")
     return ffi.unpack(buf, n).decode("utf-8")
+
+
+# ---- llama-cpp-python's formatters and chat completion handlers ----------------------------------
+@dataclasses.dataclass
+class ChatFormatterResponse:
+    """What a chat formatter returns: the prompt, the stop strings and criteria that end a reply
+    in that format, and whether the prompt already holds the special tokens (BOS)."""
+
+    prompt: str
+    stop: str | list[str] | None = None
+    stopping_criteria: Any = None
+    added_special: bool = False
+
+
+def is_completion_handler(handler) -> bool:
+    """A llama-cpp-python chat completion handler (``handler(llama=..., messages=..., **kwargs)``
+    returns the response), as opposed to llama-ffi's prompt renderers (``MTMDChatHandler``, a
+    callable returning the prompt text)."""
+    if handler is None or not callable(handler):
+        return False
+    try:
+        return "llama" in inspect.signature(handler).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) or callable(value) else list(value)
+
+
+class FormatterChatHandler:
+    """A chat completion handler made of a formatter (``formatter(messages=..., **kw)`` returns a
+    ``ChatFormatterResponse``): the formatter's prompt is completed by ``create_chat_completion``
+    itself, so sampling, ``response_format``, tools and streaming behave as with a model's own
+    template, and the formatter's stop strings and criteria end the reply."""
+
+    def __init__(self, formatter: Callable[..., ChatFormatterResponse]) -> None:
+        self.formatter = formatter
+
+    def __call__(self, *, llama, messages, functions=None, function_call=None, tools=None, tool_choice=None, **kw):
+        response = self.formatter(
+            messages=messages, functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice
+        )
+        stop = _as_list(kw.pop("stop", None)) + _as_list(response.stop)
+        criteria = _as_list(kw.pop("stopping_criteria", None)) + _as_list(response.stopping_criteria)
+        prompt = response.prompt
+        return llama.create_chat_completion(
+            messages,
+            chat_handler=lambda messages, **_: prompt,
+            stop=stop,
+            stopping_criteria=criteria or None,
+            tools=tools,
+            tool_choice=tool_choice,
+            **kw,
+        )
+
+
+# chat_format names registered by llama-cpp-python code (register_chat_format and
+# register_chat_completion_handler) -> the completion handler Llama(chat_format=name) uses
+REGISTERED: dict[str, Callable] = {}
