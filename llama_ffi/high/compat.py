@@ -217,3 +217,14 @@ def init_numa(numa: bool | int) -> None:
     if strategy != lib.GGML_NUMA_STRATEGY_DISABLED and not _numa_started:
         lib.llama_numa_init(strategy)
         _numa_started = True
+
+
+def openai_v1(result, stream: bool):
+    """A chat result as the ``openai`` package's objects (instructor and others take them)."""
+    try:
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    except ImportError as exc:
+        raise ImportError("create_chat_completion_openai_v1 needs the openai package: pip install openai") from exc
+    if stream:
+        return (ChatCompletionChunk(**chunk) for chunk in result)
+    return ChatCompletion(**result)

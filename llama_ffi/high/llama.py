@@ -22,7 +22,7 @@ from llama_ffi.high.engine import Engine, results
 from llama_ffi.high.engine.slots import Slot
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model
-from llama_ffi.high.request import as_tuple, from_keywords
+from llama_ffi.high.request import as_tuple, from_keywords, ignoring_end_of_generation
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.seeds import SeedChain
 from llama_ffi.high.speculative import SpeculativeStats
@@ -291,9 +291,12 @@ class Llama:
         return results.tokens(results.Call(self, [list(tokens)], 1, settings, [""], self.model_path, streamed=True))
 
     # ---- completion ------------------------------------------------------------------------------------
-    def sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
+    def sampling_params(self, seed: int | None = None, ignore_eos: bool = False, **kw) -> SamplingParams:
         """A request's sampling settings from llama-cpp-python's keywords, with ``last_n_tokens_size``
-        as a default; without a ``seed``, the next of this Llama's seed chain (``seeds``)."""
+        as a default; without a ``seed``, the next of this Llama's seed chain (``seeds``).
+        ``ignore_eos`` bans every end-of-generation token, as llama-server does."""
+        if flag("ignore_eos", ignore_eos):
+            kw["logit_bias"] = ignoring_end_of_generation(self.tokenizer, kw.get("logit_bias"))
         return compat.sampling_params(self._seeds.next(seed), self.last_n_tokens_size, **kw)
 
     def create_completion(
@@ -350,6 +353,11 @@ class Llama:
 
         self._check_open()
         return create_chat_completion(self, messages, **kwargs)
+
+    def create_chat_completion_openai_v1(self, *args, **kwargs):
+        """``create_chat_completion`` returning the ``openai`` package's typed objects: a
+        ``ChatCompletion``, or an iterator of ``ChatCompletionChunk`` with ``stream=True``."""
+        return compat.openai_v1(self.create_chat_completion(*args, **kwargs), kwargs.get("stream", False))
 
     async def acreate_chat_completion(self, messages, **kwargs):
         """``create_chat_completion`` for asyncio (see ``acreate_completion``)."""

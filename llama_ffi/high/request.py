@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from llama_ffi.high._checks import flag
 from llama_ffi.high.compat import completion_options as compat_options
 from llama_ffi.high.errors import RequestTypeError
 from llama_ffi.high.sampling import SamplingParams
@@ -93,8 +92,6 @@ def from_keywords(llm, keywords: Mapping[str, Any], **defaults) -> GenerationReq
         else:
             sampling[key] = value
     compat_options(sampling)
-    if flag("ignore_eos", sampling.pop("ignore_eos", False)):
-        sampling["logit_bias"] = ignoring_end_of_generation(llm.tokenizer, sampling.get("logit_bias"))
     own["stop"] = normalize_stop(own.get("stop"))
     own["logits_processor"] = as_tuple(own.get("logits_processor"))
     own["stopping_criteria"] = as_tuple(own.get("stopping_criteria"))

@@ -23,6 +23,7 @@ from llama_ffi.llama_cpp import not_provided
 from llama_ffi.llama_cpp.llama import StoppingCriteriaList
 from llama_ffi.llama_cpp.llama_multimodal import *  # noqa: F403 - the multimodal handlers, as llama-cpp-python exports them
 from llama_ffi.llama_cpp.llama_multimodal import __all__ as _handlers
+from llama_ffi.llama_cpp.llama_multimodal import __getattr__ as _multimodal_getattr
 
 logger = logging.getLogger("llama_ffi")
 
@@ -292,4 +293,6 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    if name.endswith("ChatHandler"):  # llama-cpp-python's multimodal handlers live here too
+        return _multimodal_getattr(name)
     return not_provided.missing("llama_chat_format", name)

@@ -14,5 +14,5 @@ __all__ = sorted(HANDLERS)
 
 def __getattr__(name: str):
     if name.endswith("ChatHandler"):
-        raise missing_handler(name)
+        raise not_provided.NotProvidedError(str(missing_handler(name)))
     return not_provided.missing("llama_multimodal", name)

@@ -111,6 +111,9 @@ REFUSED: dict[str, dict[str, str]] = {
     },
     "llama_multimodal": {"ggml_log_callback": LOGGING},
     "server": {"*": SERVER},
+    "_internals": {
+        "*": "llama_ffi.high's owners of the same C objects: Model, Context, Batch, SamplingParams, Tokenizer"
+    },
     "llama_cpp_ext": {"*": "llama_ffi.lib (every function of llama.h, ggml*.h, gguf.h and mtmd.h, through cffi)"},
     "llava_cpp": {"*": "llama.cpp removed llava's C API: MTMDChatHandler / mmproj_path= use mtmd"},
 }
@@ -119,6 +122,35 @@ REFUSED["llama_grammar"].update(
         [f"{name}_GBNF" for name in ("ARITHMETIC", "C", "CHESS", "ENGLISH", "JAPANESE", "JSON", "JSON_ARR", "LIST")],
         "LlamaGrammar.from_file() on the grammars/ folder of llama.cpp's source (the same grammars)",
     )
+)
+CTYPES = "llama-cpp-python's ctypes layer, which llama-ffi does not provide: llama_ffi.ffi and llama_ffi.lib (cffi)"
+for module, names in {
+    "llama_cpp": ("LlamaModelKVOverrideType", "LlamaModelMetaKey", "ctypes_function", "ctypes_function_llama_ext"),
+    "mtmd_cpp": ("clip_context_params", "clip_flash_attn_type", "ctypes_function", "ctypes_function_mtmd"),
+}.items():
+    REFUSED.setdefault(module, {}).update(dict.fromkeys(names, CTYPES))
+REFUSED["llama_chat_format"].update(
+    dict.fromkeys(
+        [
+            "GPT_OSS_BOS_TOKEN",
+            "GPT_OSS_EOS_TOKEN",
+            "GPT_OSS_PAD_TOKEN",
+            "LLAMA4_INSTRUCT_BOS_TOKEN",
+            "LLAMA4_INSTRUCT_CHAT_TEMPLATE",
+            "LLAMA4_INSTRUCT_EOS_TOKEN",
+            "MIXTRAL_INSTRUCT_CHAT_TEMPLATE",
+        ],
+        "the model's own template (the GGUF's tokenizer.chat_template), which Llama uses by default",
+    )
+)
+REFUSED["llama_chat_format"]["format"] = FORMAT
+REFUSED["llama_speculative"].update(
+    {
+        "LlamaSpecEngine": "Llama(speculative=SpecConfig(...)): the engine drafts in its own loop",
+        "LlamaNGramMapDecoding": "Llama(speculative=SpecConfig(type='ngram_map_k', ...))",
+        "LlamaMTPDecoding": "Llama(speculative=SpecConfig(type='draft_mtp'))",
+        "speculative_output_limits": "SpecConfig.validate(n_batch) checks the draft against the batch",
+    }
 )
 REFUSED["llama_multimodal"].update({"Llama3VisionAlpha": HANDLER})
 REFUSED["llama_chat_format"].update({"Llama3VisionAlphaChatHandler": HANDLER})
@@ -149,7 +181,12 @@ def c_name(name: str):
 def missing(module: str, name: str):
     """What ``llama_cpp.<module>.<name>`` is when the module does not define it: a C constant, or
     NotProvidedError naming the alternative, or a plain AttributeError."""
-    table = REFUSED.get(module or "llama", {})  # the package re-exports llama_cpp.llama
+    if name in _types():  # llama-cpp-python's modules re-export llama_types' shapes
+        from llama_ffi.llama_cpp import llama_types
+
+        return getattr(llama_types, name)
+    # the package itself re-exports llama_cpp.llama and llama_cpp.llama_cpp
+    table = REFUSED.get(module, {}) if module else {**REFUSED["llama_cpp"], **REFUSED["llama"]}
     alternative = table.get(name) or table.get("*")
     where = f"llama_cpp.{module}.{name}" if module else f"llama_cpp.{name}"
     if alternative is not None and not name.startswith("__"):
@@ -159,3 +196,9 @@ def missing(module: str, name: str):
         if value is not None:
             return value
     raise AttributeError(f"module {'llama_cpp.' + module if module else 'llama_cpp'!r} has no attribute {name!r}")
+
+
+def _types() -> list[str]:
+    from llama_ffi.llama_cpp import llama_types
+
+    return llama_types.__all__

@@ -167,6 +167,8 @@ class Engine:
         if thread is None or thread is threading.current_thread() or sys.is_finalizing():
             return  # at exit other threads may be frozen already: do not wait on them
         thread.join()
+        for slot in self.slots.slots:  # the loop has ended: what the slots hold outlives the context
+            self.slots.keep_in_cache(slot)
 
     # ---- the loop --------------------------------------------------------------------------------
     def _loop(self) -> None:

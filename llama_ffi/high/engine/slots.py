@@ -116,6 +116,12 @@ class SlotTable:
             return empty, best
         return slot, best
 
+    def keep_in_cache(self, slot: Slot) -> None:
+        """Store what ``slot`` holds in the prompt cache, if one is set (llama-cpp-python stores
+        after every completion, so that another Llama or process sharing the cache gets the hit)."""
+        if self.cache is not None and slot.tokens:
+            self.cache.remember(self.context, slot)
+
     def cut(self, slot: Slot, keep: int) -> int:
         """Cut the slot's cache back to its first ``keep`` positions; returns how many are kept
         (0 when the memory cannot serve them: see ``Context.cut_to``)."""

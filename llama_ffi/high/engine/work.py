@@ -35,6 +35,7 @@ class Work:
         if slot is not None and slot.owner is c:
             slot.owner = None
             self.slots.touch(slot)
+            self.slots.keep_in_cache(slot)
             self.stalled = False
 
     def end_request(self, request: Request, error: BaseException | None) -> None:
