@@ -279,7 +279,8 @@ WRITER = textwrap.dedent("""
     print("ready", flush=True)
     i = 0
     while True:
-        llm(f"Entry {i}. " + sys.argv[3], max_tokens=1, temperature=0.0)
+        llm(f"Entry {i}. " + sys.argv[3], max_tokens=1, temperature=0.0)  # stored when it ends
+        print(f"stored {i}", flush=True)
         i += 1
 """)
 
@@ -291,7 +292,12 @@ def test_a_writer_killed_at_random_points_leaves_a_cache_the_next_process_uses(s
             [sys.executable, "-c", WRITER, str(smollm2_path), str(tmp_path), STORY], stdout=subprocess.PIPE, cwd=ROOT
         )
         assert proc.stdout.readline().strip() == b"ready"
-        time.sleep(rng.uniform(0.5, 2.5))
+        # killed at points the test sees, not after a time a slow machine may not reach: once the
+        # writer has stored 2 to 4 entries, then within the next one's write or between two
+        last = rng.randint(1, 3)
+        while proc.stdout.readline().strip() != f"stored {last}".encode():
+            assert proc.poll() is None, "the writer died before it was killed"
+        time.sleep(rng.uniform(0.0, 0.3))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     for path in tmp_path.glob(f"*{LlamaDiskCache.SUFFIX}"):

@@ -7,9 +7,12 @@ installed without dependencies and its other requirement (llama-index-core) expl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
+import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -48,8 +51,34 @@ print(json.dumps(out))
 """ % {"prompt": PROMPT, "n": N}  # noqa: UP031 - a script full of braces: %-formatting leaves them alone
 
 
+def running_site_packages() -> list[str]:
+    """Where the interpreter running the tests finds llama-ffi's dependencies (a virtual
+    environment's site-packages when the README's commands run in one, as a new user's do)."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
 def _cache() -> Path:
-    return Path(os.environ.get("LLAMA_FFI_CACHE") or Path.home() / ".cache" / "llama-ffi") / "venvs" / "wrappers-1"
+    # keyed on the running environment: a venv made for another one would miss its packages
+    key = hashlib.sha256(repr((sys.prefix, running_site_packages(), WRAPPERS, WITHOUT_DEPS)).encode()).hexdigest()[:12]
+    base = Path(os.environ.get("LLAMA_FFI_CACHE") or Path.home() / ".cache" / "llama-ffi")
+    return base / "venvs" / f"wrappers-{key}"
+
+
+def library_venv(env_dir: Path) -> Path:
+    """A virtual environment of its own for libraries that must not enter the test run's, which
+    still imports llama-ffi's dependencies from the running environment: a ``.pth`` file appends
+    its site-packages (after the venv's own, so the libraries' pins win there)."""
+    venv.EnvBuilder(clear=True, with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "llama_ffi_test_run.pth").write_text("\n".join(running_site_packages()) + "\n")
+    return python
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +86,7 @@ def wrapper_env(tmp_path_factory) -> tuple[Path, dict]:
     env_dir = _cache()
     python = env_dir / "bin" / "python"
     if not (env_dir / ".ready").is_file():
-        venv.EnvBuilder(system_site_packages=True, clear=True, with_pip=True).create(env_dir)
+        python = library_venv(env_dir)
         pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         for cmd in (pip + WRAPPERS, pip + ["--no-deps"] + WITHOUT_DEPS):
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
