@@ -146,8 +146,7 @@ def test_another_models_state_is_refused_naming_it(saved, gemma3_path):
 def stored_entry(smollm2_path, cache_dir: Path) -> tuple[str, Path]:
     """STORY's answer, with STORY's slot stored as the cache's one file."""
     with open_llama(smollm2_path, cache_dir) as llm:
-        want = text_of(llm(STORY, max_tokens=12, **GREEDY))
-        llm("Something else entirely.", max_tokens=4, **GREEDY)  # takes the only slot: STORY is stored
+        want = text_of(llm(STORY, max_tokens=12, **GREEDY))  # stored when it ends
     [path] = cache_dir.glob(f"*{LlamaDiskCache.SUFFIX}")
     return want, path
 
@@ -165,13 +164,16 @@ def stored_entry(smollm2_path, cache_dir: Path) -> tuple[str, Path]:
 )
 def test_a_damaged_cache_file_is_a_miss_removed_and_logged(smollm2_path, tmp_path, damage, caplog):
     want, path = stored_entry(smollm2_path, tmp_path)
-    path.write_bytes(damages(path.read_bytes())[damage])
+    damaged = damages(path.read_bytes())[damage]
+    path.write_bytes(damaged)
     caplog.set_level(logging.WARNING, logger="llama_ffi")
     with open_llama(smollm2_path, tmp_path) as llm:
         before = llm.engine.status().stats.prompt_tokens
         assert text_of(llm(STORY, max_tokens=12, **GREEDY)) == want
         assert llm.engine.status().stats.prompt_tokens - before == len(llm.tokenize(STORY))  # evaluated afresh
-    assert not path.exists()
+    # the damaged file was removed; the completion stored its state again, whole
+    assert path.read_bytes() != damaged
+    state_format.decode(path.read_bytes())
     logged = [r for r in caplog.records if "prompt cache" in r.getMessage()]
     assert len(logged) == 1, [r.getMessage() for r in logged]
 

@@ -11,7 +11,13 @@ from llama_ffi import __version__ as llama_ffi_version  # noqa: F401 - llama-ffi
 from llama_ffi.llama_cpp import not_provided
 from llama_ffi.llama_cpp.llama import *  # noqa: F403
 from llama_ffi.llama_cpp.llama_cpp import *  # noqa: F403
-from llama_ffi.llama_cpp.llama_speculative import LlamaPromptLookupDecoding, SpecConfig, SpeculativeType  # noqa: F401
+from llama_ffi.llama_cpp.llama_speculative import (  # noqa: F401 - the fork's top-level names
+    LlamaNGramMapDecoding,
+    LlamaPromptLookupDecoding,
+    LlamaSpecEngine,
+    SpecConfig,
+    SpeculativeType,
+)
 from llama_ffi.llama_cpp.not_provided import NotProvidedError  # noqa: F401
 
 # The llama-cpp-python release whose API this package follows (libraries compare against it);

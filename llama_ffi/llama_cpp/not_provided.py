@@ -146,10 +146,7 @@ REFUSED["llama_chat_format"].update(
 REFUSED["llama_chat_format"]["format"] = FORMAT
 REFUSED["llama_speculative"].update(
     {
-        "LlamaSpecEngine": "Llama(speculative=SpecConfig(...)): the engine drafts in its own loop",
-        "LlamaNGramMapDecoding": "Llama(speculative=SpecConfig(type='ngram_map_k', ...))",
         "LlamaMTPDecoding": "Llama(speculative=SpecConfig(type='draft_mtp'))",
-        "speculative_output_limits": "SpecConfig.validate(n_batch) checks the draft against the batch",
     }
 )
 REFUSED["llama_multimodal"].update({"Llama3VisionAlpha": HANDLER})

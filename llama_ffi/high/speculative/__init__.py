@@ -18,17 +18,18 @@ from llama_ffi.high.speculative.window import DraftWindow
 __all__ = ["DraftWindow", "SpecConfig", "SpeculativeStats", "SpeculativeType", "create_drafter"]
 
 
-def draft_context_params(target_context) -> ContextParams:
+def draft_context_params(target_context, config: SpecConfig) -> ContextParams:
     """A drafter's context mirrors the target's size, sequences and thread counts (llama.cpp's
-    default thread count may exceed the cores the target was given)."""
+    default thread count may exceed the cores the target was given), unless ``config`` sets the
+    draft's own threads."""
     ptr = target_context.ptr
     return ContextParams(
         n_ctx=target_context.n_ctx,
         n_batch=target_context.n_batch,
         n_seq_max=target_context.n_seq_max,
         kv_unified=True,
-        n_threads=lib.llama_n_threads(ptr),
-        n_threads_batch=lib.llama_n_threads_batch(ptr),
+        n_threads=config.draft_n_threads or lib.llama_n_threads(ptr),
+        n_threads_batch=config.draft_n_threads_batch or lib.llama_n_threads_batch(ptr),
     )
 
 
@@ -50,6 +51,13 @@ class NgramDrafters:
         pass
 
 
+def draft_layers(config: SpecConfig) -> int | None:
+    """The draft model's n_gpu_layers for ModelParams: llama.h's -1 offloads them all."""
+    if config.draft_n_gpu_layers is None:
+        return None
+    return max(-1, config.resolved_draft_n_gpu_layers())
+
+
 def create_drafter(config: SpecConfig, target, target_context):
     """The drafters for ``config`` over the target ``Model`` and its ``Context`` (None for type
     NONE): ``for_sequence(seq)`` gives one sequence's drafter (``draft(history, n_max)``,
@@ -65,8 +73,8 @@ def create_drafter(config: SpecConfig, target, target_context):
         return load_draft_model(
             target,
             config.draft_model_path,
-            config.draft_n_gpu_layers,
-            draft_context_params(target_context),
+            draft_layers(config),
+            draft_context_params(target_context, config),
             config.draft_p_min,
         )
     if kind == SpeculativeType.DRAFT_MTP:
@@ -74,8 +82,8 @@ def create_drafter(config: SpecConfig, target, target_context):
             target,
             target_context,
             config.draft_model_path,
-            config.draft_n_gpu_layers,
-            draft_context_params(target_context),
+            draft_layers(config),
+            draft_context_params(target_context, config),
             config.draft_p_min,
         )
     raise NotImplementedError(f"speculative type {kind.name} has no engine in llama-ffi")

@@ -51,6 +51,10 @@ IMPLEMENTED = frozenset(
     }
 )
 NGRAM_TYPES = frozenset({SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V})
+# drafters that are models of their own: a file is always needed (MTP may use the target's heads)
+EXTERNAL_DRAFTERS = frozenset(
+    {SpeculativeType.DRAFT, SpeculativeType.DRAFT_EAGLE3, SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK}
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +72,13 @@ class SpecConfig:
     draft_model_path: str | os.PathLike | None = None  # DRAFT: the draft GGUF; DRAFT_MTP: optional MTP file
     draft_n_max: int = 3
     draft_p_min: float = 0.0  # stop drafting when the draft's top probability is below
-    draft_n_gpu_layers: int | None = None
+    draft_n_gpu_layers: int | str | None = None  # or llama.cpp's spellings "auto" and "all"
     draft_n_min: int | None = None  # the shortest draft worth verifying (None: our CPU default, 3)
+    draft_n_threads: int | None = None  # the draft context's threads (None: the target's)
+    draft_n_threads_batch: int | None = None
+    draft_n_cpu_moe: int = 0  # MoE layers kept on the CPU: only 0 here (a CPU drafter keeps them all)
+    draft_p_split: float = 0.1  # llama.cpp's tree split, which its drafters no longer use: 0.1 only
+    ngram_mod_n_max: int = 64  # NGRAM_MOD's longest draft (the type itself has no engine here)
     # the fork's: sample drafts in llama.cpp's backend. Drafts here are always a CPU argmax; the
     # output is the same either way, so True and False are both accepted.
     draft_backend_sampling: bool = False
@@ -85,15 +94,33 @@ class SpecConfig:
     @property
     def max_draft(self) -> int:
         """The longest draft this configuration can produce."""
+        if self.kind == SpeculativeType.NGRAM_MOD:
+            return self.ngram_mod_n_max
         return self.ngram_size_m if self.kind in NGRAM_TYPES else self.draft_n_max
 
-    def validate(self, n_batch: int) -> None:
-        """Raise before anything is loaded: unknown or unimplemented type, bad sizes, no file."""
+    def max_draft_tokens(self) -> int:
+        """The longest draft of this type (the fork's name for ``max_draft``)."""
+        return self.max_draft
+
+    def resolved_draft_n_gpu_layers(self) -> int:
+        """``draft_n_gpu_layers`` as llama.cpp's number: "auto" -1, "all" -2 (None: auto)."""
+        value = self.draft_n_gpu_layers
+        if value is None or value == "auto":
+            return -1
+        if value == "all":
+            return -2
+        return integer("draft_n_gpu_layers", value, -2)
+
+    def validate(self, n_batch: int | None = None) -> None:
+        """Raise before anything is loaded: unknown or unimplemented type, bad sizes, no file.
+        ``n_batch``: the target context's, which a draft must leave room in (checked when given)."""
         try:
             kind = self.kind
         except ValueError:
             names = ", ".join(t.name for t in SpeculativeType)
             raise RequestValueError(f"unknown speculative type {self.type!r} (one of {names})") from None
+        if kind in EXTERNAL_DRAFTERS and self.draft_model_path is None:
+            raise RequestValueError(f"speculative type {kind.name} needs draft_model_path (its drafter's GGUF)")
         if kind not in IMPLEMENTED:
             raise NotImplementedError(
                 f"speculative type {kind.name} has no engine in llama-ffi "
@@ -107,17 +134,28 @@ class SpecConfig:
         if self.draft_n_min is not None:
             integer("draft_n_min", self.draft_n_min, 0, self.draft_n_max)
         number("draft_p_min", self.draft_p_min, 0.0, 1.0)
-        if self.draft_n_gpu_layers is not None:
-            integer("draft_n_gpu_layers", self.draft_n_gpu_layers, -1)
+        if isinstance(self.draft_n_gpu_layers, str) and self.draft_n_gpu_layers not in ("auto", "all"):
+            raise RequestValueError(
+                f"draft_n_gpu_layers must be an int, 'auto' or 'all', got {self.draft_n_gpu_layers!r}"
+            )
+        self.resolved_draft_n_gpu_layers()
+        for name in ("draft_n_threads", "draft_n_threads_batch"):
+            if getattr(self, name) is not None:
+                integer(name, getattr(self, name), 1)
+        if integer("draft_n_cpu_moe", self.draft_n_cpu_moe, 0) != 0:
+            raise RequestValueError(
+                "draft_n_cpu_moe > 0 is not supported: the draft model's layers follow draft_n_gpu_layers"
+            )
+        if number("draft_p_split", self.draft_p_split, 0.0, 1.0) != 0.1:
+            raise RequestValueError("draft_p_split is not supported: llama.cpp's drafters no longer split into trees")
+        integer("ngram_mod_n_max", self.ngram_mod_n_max, 1, 1024)
         # The verification batch is [last, draft...]: the draft must leave room for one token.
         name = "ngram_size_m" if kind in NGRAM_TYPES else "draft_n_max"
-        if kind != SpeculativeType.NONE and self.max_draft >= n_batch:
+        if n_batch is not None and kind != SpeculativeType.NONE and self.max_draft >= n_batch:
             raise RequestValueError(
                 f"{name} ({self.max_draft}) must be below n_batch ({n_batch}): the "
                 f"verification batch holds the last token and the draft"
             )
-        if kind == SpeculativeType.DRAFT and self.draft_model_path is None:
-            raise RequestValueError("speculative type DRAFT needs draft_model_path (a GGUF with the same vocabulary)")
         if self.draft_model_path is not None and kind in (SpeculativeType.DRAFT, SpeculativeType.DRAFT_MTP):
             path = Path(self.draft_model_path)
             if not path.is_file():
