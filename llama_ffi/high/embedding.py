@@ -210,9 +210,16 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
     return out, sum(len(t) for t in token_lists)
 
 
-def embed(llm, input, norm, truncate: bool, return_count: bool):
-    """``norm``: a ``normalize`` mode, None for the Llama's DEFAULT_NORMALIZE."""
+def embed(llm, input, norm, truncate: bool, return_count: bool, separator: str | None = None):
+    """``norm``: a ``normalize`` mode, None for the Llama's DEFAULT_NORMALIZE. ``separator`` (the
+    fork's): one string split into several inputs, one vector each."""
     norm = llm.DEFAULT_NORMALIZE if norm is None else norm
+    if separator is not None:
+        if not isinstance(separator, str) or not separator:
+            raise RequestValueError(f"separator must be a non-empty str, got {separator!r}")
+        if not isinstance(input, str):
+            raise RequestTypeError("separator splits one string: input must be a str")
+        input = input.split(separator)
     texts = check_inputs(input)
     if not texts:
         return ([], 0) if return_count else []

@@ -248,8 +248,20 @@ class Llama:
         """Recurrent or hybrid memory: a cache that cannot be cut at a position."""
         return self._model.memory_is_recurrent
 
-    def eval(self, tokens: Sequence[int]) -> None:
-        """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``)."""
+    # llama-cpp-python's private flags, which code written for it reads
+    @property
+    def _is_recurrent(self) -> bool:
+        return bool(lib.llama_model_is_recurrent(self.loaded_model.ptr))
+
+    @property
+    def _is_hybrid(self) -> bool:
+        return bool(lib.llama_model_is_hybrid(self.loaded_model.ptr))
+
+    def eval(self, tokens: Sequence[int], copy_logits: bool = True) -> None:
+        """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``).
+        ``copy_logits`` (the fork's) is accepted either way: ``scores`` and ``logits()`` read the
+        context's logits when asked, so nothing is copied after an eval."""
+        flag("copy_logits", copy_logits)
         self.run_on_context(lambda: self.main_sequence.eval(tokens))
 
     def logits(self) -> np.ndarray:
@@ -376,10 +388,12 @@ class Llama:
         normalize: int | bool | None = None,
         truncate: bool = True,
         return_count: bool = False,
+        separator: str | None = None,
     ):
         """Embeddings as lists of floats: one vector per input, or per token with pooling none.
-        ``normalize``: see ``embedding.normalize`` (True: euclidean); default DEFAULT_NORMALIZE."""
-        return embedding.embed(self, input, normalize, truncate, return_count)
+        ``normalize``: see ``embedding.normalize`` (True: euclidean); default DEFAULT_NORMALIZE.
+        ``separator``: split one string into several inputs (the fork's)."""
+        return embedding.embed(self, input, normalize, truncate, return_count, separator)
 
     def create_embedding(
         self,

@@ -282,8 +282,9 @@ def load(llm, saved: bytes | str | os.PathLike) -> None:
         llm.adapters.apply(llm.context, selection)
         # llama.cpp's state holds the KV cache but not the logits: recompute the last token's, as
         # llama.cpp's server does after restoring a slot (a last media cell is not decoded again:
-        # the next prompt evaluates that media afresh anyway).
-        if tokens and tokens[-1] != MEDIA_POSITION:
+        # the next prompt evaluates that media afresh anyway). A recurrent state cannot give back
+        # its last position: there the next request evaluates its prompt again instead.
+        if tokens and tokens[-1] != MEDIA_POSITION and not llm.memory_is_recurrent:
             last_pos = len(tokens) - 1
             llm.context.seq_rm(main.seq, last_pos, -1)
             last = main.tokens.pop()

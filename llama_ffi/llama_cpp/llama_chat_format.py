@@ -100,10 +100,13 @@ class Jinja2ChatFormatter:
             stop_ids = self.stop_token_ids
 
             def stop_on_last_token(tokens, logits) -> bool:
-                return int(tokens[-1]) in stop_ids
+                return len(tokens) > 0 and int(tokens[-1]) in stop_ids
 
             criteria = StoppingCriteriaList([stop_on_last_token])
-        return ChatFormatterResponse(prompt=prompt, stop=[self.eos_token], stopping_criteria=criteria)
+        # the template wrote the special tokens (BOS) itself: the prompt is tokenized as it is
+        return ChatFormatterResponse(
+            prompt=prompt, stop=[self.eos_token], stopping_criteria=criteria, added_special=True
+        )
 
     def to_chat_handler(self) -> FormatterChatHandler:
         return chat_formatter_to_chat_completion_handler(self)
@@ -143,7 +146,7 @@ def hf_tokenizer_config_to_chat_formatter(
     class WithEmptyAssistantTurn(Jinja2ChatFormatter):
         def __call__(self, *, messages, **kwargs) -> ChatFormatterResponse:
             response = super().__call__(messages=[*messages, {"role": "assistant", "content": ""}], **kwargs)
-            response.stop, response.added_special = [self.eos_token, self.bos_token], True
+            response.stop = [self.eos_token, self.bos_token]
             return response
 
     return WithEmptyAssistantTurn(template, formatter.eos_token, formatter.bos_token, add_generation_prompt=False)

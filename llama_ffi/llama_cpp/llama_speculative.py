@@ -10,6 +10,7 @@ from llama_ffi.high.speculative.ngram import NgramMapK, NgramMapK4V
 from llama_ffi.llama_cpp import not_provided
 
 __all__ = [
+    "LlamaMTPDecoding",
     "LlamaNGramMapDecoding",
     "LlamaPromptLookupDecoding",
     "LlamaSpecEngine",
@@ -69,6 +70,18 @@ class LlamaSpecEngine:
 
     def spec_config(self) -> SpecConfig:
         raise NotImplementedError
+
+
+class LlamaMTPDecoding(LlamaSpecEngine):
+    """The fork's drafter over the target's own multi-token-prediction layers. Here that drafter
+    lives in the engine's loop, beside the target's context it reads: ask for it with
+    ``Llama(speculative=SpecConfig(type=SpeculativeType.DRAFT_MTP))``."""
+
+    def __init__(self, config: SpecConfig, **targets) -> None:
+        raise TypeError(
+            "LlamaMTPDecoding is built by the engine in llama-ffi: pass "
+            "Llama(speculative=SpecConfig(type=SpeculativeType.DRAFT_MTP)) instead"
+        )
 
 
 class LlamaNGramMapDecoding(LlamaSpecEngine):

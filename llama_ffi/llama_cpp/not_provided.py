@@ -144,11 +144,7 @@ REFUSED["llama_chat_format"].update(
     )
 )
 REFUSED["llama_chat_format"]["format"] = FORMAT
-REFUSED["llama_speculative"].update(
-    {
-        "LlamaMTPDecoding": "Llama(speculative=SpecConfig(type='draft_mtp'))",
-    }
-)
+REFUSED["llama_speculative"].update({})
 REFUSED["llama_multimodal"].update({"Llama3VisionAlpha": HANDLER})
 REFUSED["llama_chat_format"].update({"Llama3VisionAlphaChatHandler": HANDLER})
 

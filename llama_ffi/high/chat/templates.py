@@ -20,8 +20,9 @@ MAX_RANGE = 100_000  # one range() or repetition: more is hostile, not chatty
 MAX_ITERATIONS = 1_000_000  # all range() loops of one render together
 
 
-class TemplateError(RequestValueError):
-    """The template is broken (syntax) or refused to render (raise_exception)."""
+class TemplateError(RequestValueError, jinja2.TemplateError):
+    """The template is broken (syntax) or refused to render (raise_exception). Also a
+    ``jinja2.TemplateError``, as code rendering templates with Jinja2 itself expects."""
 
 
 class TemplateSecurityError(TemplateError):
