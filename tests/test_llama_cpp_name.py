@@ -284,3 +284,71 @@ def test_prompt_lookup_candidates():
     assert find(np.array([5, 1, 2, 9, 4, 1, 2]), max_ngram_size=2, num_pred_tokens=2).tolist() == [9, 4]
     assert find(np.array([5, 1, 2, 9, 4, 7, 2]), max_ngram_size=2, num_pred_tokens=3).tolist() == [9, 4, 7]
     assert find(np.array([1, 2, 3, 4]), max_ngram_size=3, num_pred_tokens=2).tolist() == []
+
+
+def test_a_recurrent_models_state_reloads_and_continues(tmp_path):
+    """A recurrent state cannot give back its last position: after load_state the next request
+    evaluates its prompt again, and answers as a fresh Llama does (it failed its decode before)."""
+    from tiny_mamba import write_gguf
+
+    path = write_gguf(tmp_path / "tiny-mamba.gguf")
+    with Llama(path, n_ctx=64, n_threads=2, progress=False) as fresh:
+        tokens = fresh.tokenize(b"The quick brown fox")
+        want = fresh(tokens, max_tokens=3, temperature=0)["choices"][0]["text"]
+        assert fresh._is_recurrent and not fresh._is_hybrid
+    with Llama(path, n_ctx=64, n_threads=2, progress=False) as source:
+        source.eval(tokens)
+        state = source.save_state()
+    with Llama(path, n_ctx=64, n_threads=2, progress=False) as loaded:
+        loaded.eval(tokens[:-1] + [tokens[0]])  # something else in the cache first
+        loaded.load_state(state)
+        assert loaded.tokens == tokens
+        assert loaded(tokens, max_tokens=3, temperature=0)["choices"][0]["text"] == want
+
+
+def test_fork_spellings_of_embed_eval_and_speculative_settings(llm, tmp_path):
+    from llama_ffi.llama_cpp.llama_speculative import (
+        LlamaNGramMapDecoding,
+        LlamaSpecEngine,
+        SpecConfig,
+        SpeculativeType,
+        speculative_output_limits,
+    )
+
+    llm.eval(llm.tokenize(b"Hello"), copy_logits=False)
+    with pytest.raises(TypeError, match="copy_logits"):
+        llm.eval(llm.tokenize(b"Hello"), copy_logits="no")
+    assert speculative_output_limits(32, 4, 3) == (16, 4) and speculative_output_limits(3, 4, 8) == (3, 3)
+    assert SpecConfig(type=SpeculativeType.NGRAM_MAP_K, ngram_size_m=48).max_draft_tokens() == 48
+    assert SpecConfig(draft_n_gpu_layers="all").resolved_draft_n_gpu_layers() == -2
+    with pytest.raises(ValueError, match="draft_model_path"):
+        SpecConfig(type=SpeculativeType.DRAFT_EAGLE3).validate()
+    with pytest.raises(ValueError, match="draft_n_threads"):
+        SpecConfig(type=SpeculativeType.DRAFT_MTP, draft_n_threads=0).validate()
+    decoder = LlamaNGramMapDecoding(ngram_size=3, num_pred_tokens=3)
+    assert isinstance(decoder, LlamaSpecEngine)
+    history = [1, 2, 3, 7, 8, 1, 2, 3]
+    decoder.begin(history)
+    assert decoder.draft(history, n_past=len(history), id_last=3, n_max=2).tolist() == [7, 8]
+    assert decoder.spec_config().kind == SpeculativeType.NGRAM_MAP_K
+
+
+def test_embed_splits_one_string_at_a_separator(smollm2_path):
+    with Llama(smollm2_path, n_ctx=512, n_threads=2, embedding=True, progress=False) as embedder:
+        split = embedder.embed("first text|second text", separator="|")
+        assert split == embedder.embed(["first text", "second text"])
+        with pytest.raises(TypeError, match="separator splits one string"):
+            embedder.embed(["a", "b"], separator="|")
+
+
+def test_formatter_refusals_are_jinja2_template_errors():
+    import jinja2
+
+    formatter = llama_chat_format.Jinja2ChatFormatter(
+        "{% if not messages %}{{ raise_exception('No messages provided.') }}{% endif %}{{ messages[0].content }}",
+        eos_token="</s>",
+        bos_token="<s>",
+    )
+    assert formatter(messages=[{"role": "user", "content": "x"}]).added_special
+    with pytest.raises(jinja2.TemplateError, match="No messages provided"):
+        formatter(messages=[])
