@@ -67,16 +67,17 @@ def test_langchain_and_llamaindex_run_unchanged(wrapper_env, tree, smollm2_path)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
+    # LangChain's wrappers load with their own defaults (rope_freq_base 10000, n_batch 8: batch shapes
+    # change CPU numerics, so the reference loads alike) and sample with repeat_penalty 1.1, top_k 40,
+    # top_p 0.95; LlamaIndex passes llama-cpp-python's
+    langchain_defaults = dict(temperature=0, repeat_penalty=1.1, top_k=40, top_p=0.95)
+    langchain_load = dict(rope_freq_base=10000.0, rope_freq_scale=1.0, n_batch=8, last_n_tokens_size=64)
+    with Llama(smollm2_path, n_ctx=512, progress=False, **langchain_load) as llm:
+        langchain = llm(PROMPT, max_tokens=N, **langchain_defaults)["choices"][0]["text"]
+        messages = [{"role": "user", "content": PROMPT}]
+        chat = llm.create_chat_completion(messages, max_tokens=N, **langchain_defaults)
     with Llama(smollm2_path, n_ctx=512, progress=False) as llm:
-        # LangChain's defaults: repeat_penalty 1.1, top_k 40, top_p 0.95; LlamaIndex passes llama-cpp-python's
-        langchain = llm(PROMPT, max_tokens=N, temperature=0, repeat_penalty=1.1, top_k=40, top_p=0.95)["choices"][0][
-            "text"
-        ]
         plain = llm(PROMPT, max_tokens=N, temperature=0)["choices"][0]["text"]
-        messages = [{"role": "user", "content": PROMPT}]  # ChatLlamaCpp: LangChain's defaults as well
-        chat = llm.create_chat_completion(
-            messages, max_tokens=N, temperature=0, repeat_penalty=1.1, top_k=40, top_p=0.95
-        )
     assert out["chat"] == chat["choices"][0]["message"]["content"]
     assert out["langchain"] == out["langchain_stream"] == langchain
     assert out["documents"] == [384, 384] and out["query"] == 384  # LlamaCppEmbeddings passes device=None
