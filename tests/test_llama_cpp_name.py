@@ -330,6 +330,8 @@ def test_fork_spellings_of_embed_eval_and_speculative_settings(llm, tmp_path):
     history = [1, 2, 3, 7, 8, 1, 2, 3]
     decoder.begin(history)
     assert decoder.draft(history, n_past=len(history), id_last=3, n_max=2).tolist() == [7, 8]
+    decoder.accept(1)  # one of two verified: the key drafts what was accepted, as llama.cpp's map does
+    assert decoder.draft(history, n_past=len(history), id_last=3, n_max=3).tolist() == [7]
     assert decoder.spec_config().kind == SpeculativeType.NGRAM_MAP_K
 
 

@@ -86,9 +86,10 @@ class LlamaMTPDecoding(LlamaSpecEngine):
 
 class LlamaNGramMapDecoding(LlamaSpecEngine):
     """n-gram map drafting (NGRAM_MAP_K, or NGRAM_MAP_K4V with up to ``max_entries_per_key``
-    counted continuations): llama-ffi's engine drafters, one per sequence. ``min_hits`` counts
-    earlier occurrences of the key. After a partly rejected draft a key drafts twice what was
-    accepted, plus one (llama-ffi's rule; llama.cpp drafts what was accepted)."""
+    counted continuations) on llama-ffi's drafters, one per sequence, driven by the caller.
+    ``min_hits`` counts earlier occurrences of the key. After a partly rejected draft a key drafts
+    what was accepted, as llama.cpp's ``common_ngram_map_accept`` does (llama-ffi's engine, given
+    ``spec_config()``, drafts twice that plus one: measured to lose fewer accepted tokens)."""
 
     def __init__(
         self,
@@ -116,6 +117,7 @@ class LlamaNGramMapDecoding(LlamaSpecEngine):
                 drafter = NgramMapK(self.ngram_size, self.num_pred_tokens, self.min_hits)
             else:
                 drafter = NgramMapK4V(self.ngram_size, self.num_pred_tokens, self.min_hits, self.max_entries_per_key)
+            drafter.after_rejection = "accepted"
             self._drafters[seq_id] = drafter
         return drafter
 

@@ -53,6 +53,10 @@ class NgramIndex:
 
 
 class _NgramDrafter:
+    # how long a key drafts after a partly rejected draft: "grow" (the engine's: twice what was
+    # accepted, plus one) or "accepted" (llama.cpp's common_ngram_map_accept: what was accepted)
+    after_rejection = "grow"
+
     def __init__(self, size_n: int, size_m: int, min_hits: int) -> None:
         self.size_n, self.size_m, self.min_hits = size_n, size_m, min_hits
         self.index = NgramIndex(size_n)
@@ -85,11 +89,12 @@ class _NgramDrafter:
 
     def accept(self, n_accepted: int) -> None:
         """Feedback: ``n_accepted`` of the last draft were verified. A fully accepted key may
-        draft up to m next time; a rejected one drafts a little more than it got right."""
+        draft up to m next time; a rejected one as ``after_rejection`` says."""
         if self._last_key is None:
             return
         full = n_accepted >= self._last_len
-        self.draft_len[self._last_key] = self.size_m if full else 2 * n_accepted + 1
+        partial = n_accepted if self.after_rejection == "accepted" else 2 * n_accepted + 1
+        self.draft_len[self._last_key] = self.size_m if full else partial
         self._last_key = None
 
 
