@@ -9,7 +9,7 @@ import pytest
 
 from llama_ffi import lib
 from llama_ffi.high import Llama, LlamaEmbedding
-from llama_ffi.high.embedding import normalize, rerank_tokens
+from llama_ffi.high.embedding import normalize_rows, rerank_tokens
 
 SENTENCES = [
     "The cat sits on the mat.",
@@ -89,9 +89,9 @@ def test_normalisation_modes_follow_their_formula(embedder, mode):
 
 def test_normalize_rejects_bad_modes():
     with pytest.raises(ValueError):
-        normalize(np.ones((1, 3)), -2)
+        normalize_rows(np.ones((1, 3)), -2)
     with pytest.raises(ValueError):
-        normalize(np.ones((1, 3)), 1.5)
+        normalize_rows(np.ones((1, 3)), 1.5)
 
 
 def test_output_formats(embedder):

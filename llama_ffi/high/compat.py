@@ -55,6 +55,11 @@ REFUSED_INIT = {
 }
 
 
+def model_flag(read) -> property:
+    """A read-only ``Llama`` property: ``read(model pointer)`` (``lib.llama_model_is_recurrent``...)."""
+    return property(lambda llm: bool(read(llm.loaded_model.ptr)), doc=f"llama.cpp's {read.__name__}.")
+
+
 def removed_parameters(kwargs: dict[str, Any], table: Mapping[str, tuple[Any, str]]) -> None:
     """Pop each removed parameter from ``kwargs``; refuse it unless it has its "off" value."""
     for name in list(kwargs):

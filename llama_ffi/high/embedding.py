@@ -19,7 +19,7 @@ from llama_ffi.high.errors import RequestTypeError, RequestValueError
 NORM_NONE, NORM_MAX_INT16, NORM_TAXICAB, NORM_EUCLIDEAN = -1, 0, 1, 2
 
 
-def normalize(vectors: np.ndarray, mode: int | bool = NORM_EUCLIDEAN) -> np.ndarray:
+def normalize_rows(vectors: np.ndarray, mode: int | bool = NORM_EUCLIDEAN) -> np.ndarray:
     """Normalise rows as llama.cpp does: -1 none, 0 max-abs scaled to int16 range, 1 taxicab,
     2 euclidean, p > 2 the p-norm. ``True`` means 2, ``False`` means -1."""
     if mode is True:
@@ -134,7 +134,7 @@ def embed_token_lists(
 
 
 def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
-    unit = normalize(vectors, NORM_EUCLIDEAN)
+    unit = normalize_rows(vectors, NORM_EUCLIDEAN)
     return unit @ unit.T
 
 
@@ -210,10 +210,18 @@ def embed_all(llm, texts: list[str], truncate: bool, tokens_of=None) -> tuple[li
     return out, sum(len(t) for t in token_lists)
 
 
-def embed(llm, input, norm, truncate: bool, return_count: bool, separator: str | None = None):
-    """``norm``: a ``normalize`` mode, None for the Llama's DEFAULT_NORMALIZE. ``separator`` (the
-    fork's): one string split into several inputs, one vector each."""
-    norm = llm.DEFAULT_NORMALIZE if norm is None else norm
+def embed(
+    llm,
+    input: str | Sequence[str],
+    normalize: int | bool | None = None,
+    truncate: bool = True,
+    return_count: bool = False,
+    separator: str | None = None,
+):
+    """``Llama.embed``: embeddings as lists of floats, one vector per input, or per token with
+    pooling none. ``normalize``: see ``normalize_rows`` (True: euclidean); default the Llama's
+    DEFAULT_NORMALIZE. ``separator`` (the fork's): one string split into several inputs."""
+    mode = llm.DEFAULT_NORMALIZE if normalize is None else normalize
     if separator is not None:
         if not isinstance(separator, str) or not separator:
             raise RequestValueError(f"separator must be a non-empty str, got {separator!r}")
@@ -224,19 +232,29 @@ def embed(llm, input, norm, truncate: bool, return_count: bool, separator: str |
     if not texts:
         return ([], 0) if return_count else []
     vectors, count = embed_all(llm, texts, truncate)
-    result = [normalize(v, norm).tolist() for v in vectors]
+    result = [normalize_rows(v, mode).tolist() for v in vectors]
     if isinstance(input, str):
         result = result[0]
     return (result, count) if return_count else result
 
 
-def create_embedding(llm, input, model, norm, truncate: bool, output_format: str):
+def create_embedding(
+    llm,
+    input: str | Sequence[str],
+    model: str | None = None,
+    normalize: int | bool | None = None,
+    truncate: bool = True,
+    output_format: str = "json",
+):
+    """``Llama.create_embedding``: OpenAI-shaped embeddings. ``output_format``: "json" (the dict),
+    "json+" (adds the cosine similarity matrix), "array" (list of vectors) or "numpy" (one 2-D
+    array, pooled only)."""
     if output_format not in ("json", "json+", "array", "numpy"):
         raise RequestValueError(f"output_format must be json, json+, array or numpy, not {output_format!r}")
-    norm = llm.DEFAULT_NORMALIZE if norm is None else norm
+    mode = llm.DEFAULT_NORMALIZE if normalize is None else normalize
     texts = check_inputs(input)
     vectors, count = embed_all(llm, texts, truncate) if texts else ([], 0)
-    vectors = [normalize(v, norm) for v in vectors]
+    vectors = [normalize_rows(v, mode) for v in vectors]
     if output_format == "numpy":
         return np.stack(vectors) if vectors else np.empty((0, llm.n_embd), dtype=np.float32)
     if output_format == "array":
@@ -252,7 +270,8 @@ def create_embedding(llm, input, model, norm, truncate: bool, output_format: str
     return out
 
 
-def rank(llm, query: str, documents) -> list[float]:
+def rank(llm, query: str, documents: Sequence[str]) -> list[float]:
+    """``Llama.rank``: one relevance score per document (a reranking model: pooling type rank)."""
     _context_and_pooling(llm, need_rank=True)
     if not isinstance(query, str):
         raise RequestTypeError("query must be a str")

@@ -249,13 +249,8 @@ class Llama:
         return self._model.memory_is_recurrent
 
     # llama-cpp-python's private flags, which code written for it reads
-    @property
-    def _is_recurrent(self) -> bool:
-        return bool(lib.llama_model_is_recurrent(self.loaded_model.ptr))
-
-    @property
-    def _is_hybrid(self) -> bool:
-        return bool(lib.llama_model_is_hybrid(self.loaded_model.ptr))
+    _is_recurrent = compat.model_flag(lib.llama_model_is_recurrent)
+    _is_hybrid = compat.model_flag(lib.llama_model_is_hybrid)
 
     def eval(self, tokens: Sequence[int], copy_logits: bool = True) -> None:
         """Evaluate ``tokens`` after what the cache already holds (llama-cpp-python's ``eval``).
@@ -378,38 +373,12 @@ class Llama:
         self._check_open()
         return await acreate_chat_completion(self, messages, **kwargs)
 
-    # ---- embeddings and reranking (llama_ffi.high.embedding) ------------------------------------
+    # ---- embeddings and reranking: llama_ffi.high.embedding's functions, as methods ---------------
     # llama-cpp-python's Llama.embed does not normalise unless asked; LlamaEmbedding does.
     DEFAULT_NORMALIZE: int | bool = False
-
-    def embed(
-        self,
-        input: str | Sequence[str],
-        normalize: int | bool | None = None,
-        truncate: bool = True,
-        return_count: bool = False,
-        separator: str | None = None,
-    ):
-        """Embeddings as lists of floats: one vector per input, or per token with pooling none.
-        ``normalize``: see ``embedding.normalize`` (True: euclidean); default DEFAULT_NORMALIZE.
-        ``separator``: split one string into several inputs (the fork's)."""
-        return embedding.embed(self, input, normalize, truncate, return_count, separator)
-
-    def create_embedding(
-        self,
-        input: str | Sequence[str],
-        model: str | None = None,
-        normalize: int | bool | None = None,
-        truncate: bool = True,
-        output_format: str = "json",
-    ):
-        """OpenAI-shaped embeddings. ``output_format``: "json" (the dict), "json+" (adds the cosine
-        similarity matrix), "array" (list of vectors) or "numpy" (one 2-D array, pooled only)."""
-        return embedding.create_embedding(self, input, model, normalize, truncate, output_format)
-
-    def rank(self, query: str, documents: Sequence[str]) -> list[float]:
-        """One relevance score per document (a reranking model: pooling type rank)."""
-        return embedding.rank(self, query, documents)
+    embed = embedding.embed
+    create_embedding = embedding.create_embedding
+    rank = embedding.rank
 
     # ---- llama-cpp-python's state and attributes ---------------------------------------------------
     def save_state(self, path: str | os.PathLike | None = None) -> compat.LlamaState | None:
