@@ -354,3 +354,15 @@ def test_formatter_refusals_are_jinja2_template_errors():
     assert formatter(messages=[{"role": "user", "content": "x"}]).added_special
     with pytest.raises(jinja2.TemplateError, match="No messages provided"):
         formatter(messages=[])
+
+
+def test_a_formatter_handler_serves_asyncio_callers_too(llm):
+    import asyncio
+
+    messages = [{"role": "user", "content": "Name a colour."}]
+    handler = llama_chat_format.Jinja2ChatFormatter(
+        template=llm.metadata["tokenizer.chat_template"], eos_token="<|im_end|>", bos_token="<|im_start|>"
+    ).to_chat_handler()
+    want = llm.create_chat_completion(messages, chat_handler=handler, max_tokens=6, temperature=0)
+    got = asyncio.run(llm.acreate_chat_completion(messages, chat_handler=handler, max_tokens=6, temperature=0))
+    assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"]

@@ -346,27 +346,32 @@ async def achat_completion(llm, messages, request: GenerationRequest, **chat):
 
 def completion_handler(llm, kwargs: dict):
     """The llama-cpp-python chat completion handler this call goes to (its own ``chat_handler``,
-    the Llama's, or a registered ``chat_format``), or None for llama-ffi's own chat path."""
+    the Llama's, or a registered ``chat_format``) and the call's other options; None for
+    llama-ffi's own chat path."""
     handler = kwargs.get("chat_handler", llm.chat_handler)
     if handler is None:
         handler = formats.REGISTERED.get(kwargs.get("chat_format", llm.chat_format))
-    return handler if formats.is_completion_handler(handler) else None
+    if not formats.is_completion_handler(handler):
+        return None, kwargs
+    return handler, {k: v for k, v in kwargs.items() if k not in ("chat_handler", "chat_format")}
 
 
 def create_chat_completion(llm, messages, **kwargs):
-    handler = completion_handler(llm, kwargs)
+    handler, options = completion_handler(llm, kwargs)
     if handler is not None:
-        kwargs = {k: v for k, v in kwargs.items() if k not in ("chat_handler", "chat_format")}
-        return handler(llama=llm, messages=messages, **kwargs)
+        return handler(llama=llm, messages=messages, **options)
     request, chat = split_keywords(llm, kwargs)
     return chat_completion(llm, messages, request, **chat)
 
 
 async def acreate_chat_completion(llm, messages, **kwargs):
-    if completion_handler(llm, kwargs) is not None:  # a handler of llama-cpp-python's is synchronous
-        raise RequestValueError(
-            "acreate_chat_completion does not run llama-cpp-python chat handlers: use create_chat_completion"
-        )
+    handler, options = completion_handler(llm, kwargs)
+    if handler is not None:
+        if not isinstance(handler, formats.FormatterChatHandler):  # another's handler is synchronous code
+            raise RequestValueError(
+                "acreate_chat_completion runs formatter handlers only: call create_chat_completion for this one"
+            )
+        return await handler.acall(llama=llm, messages=messages, **options)
     request, chat = split_keywords(llm, kwargs)
     return await achat_completion(llm, messages, request, **chat)
 

@@ -99,22 +99,28 @@ class FormatterChatHandler:
     def __init__(self, formatter: Callable[..., ChatFormatterResponse]) -> None:
         self.formatter = formatter
 
-    def __call__(self, *, llama, messages, functions=None, function_call=None, tools=None, tool_choice=None, **kw):
-        response = self.formatter(
-            messages=messages, functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice
-        )
+    def __call__(self, *, llama, messages, **kw):
+        return llama.create_chat_completion(messages, **self.completion_options(messages, kw))
+
+    async def acall(self, *, llama, messages, **kw):
+        """The same for ``acreate_chat_completion``."""
+        return await llama.acreate_chat_completion(messages, **self.completion_options(messages, kw))
+
+    def completion_options(self, messages, kw: dict) -> dict:
+        """The call's options with the formatter's prompt (as a prompt renderer) and its stops."""
+        chat = {name: kw.pop(name, None) for name in ("functions", "function_call", "tools", "tool_choice")}
+        response = self.formatter(messages=messages, **chat)
         stop = _as_list(kw.pop("stop", None)) + _as_list(response.stop)
         criteria = _as_list(kw.pop("stopping_criteria", None)) + _as_list(response.stopping_criteria)
         prompt = response.prompt
-        return llama.create_chat_completion(
-            messages,
-            chat_handler=lambda messages, **_: prompt,
-            stop=stop,
-            stopping_criteria=criteria or None,
-            tools=tools,
-            tool_choice=tool_choice,
+        tools = {name: chat[name] for name in ("tools", "tool_choice") if chat[name] is not None}
+        return {
             **kw,
-        )
+            **tools,
+            "chat_handler": lambda messages, **_: prompt,
+            "stop": stop,
+            "stopping_criteria": criteria or None,
+        }
 
 
 # chat_format names registered by llama-cpp-python code (register_chat_format and
