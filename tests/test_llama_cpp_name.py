@@ -366,3 +366,13 @@ def test_a_formatter_handler_serves_asyncio_callers_too(llm):
     want = llm.create_chat_completion(messages, chat_handler=handler, max_tokens=6, temperature=0)
     got = asyncio.run(llm.acreate_chat_completion(messages, chat_handler=handler, max_tokens=6, temperature=0))
     assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"]
+
+
+def test_the_migration_page_lists_every_refused_name():
+    from llama_ffi.llama_cpp.not_provided import REFUSED
+
+    page = (REPO / "docs" / "llama-cpp-python.md").read_text()
+    named = [(m, f"`{n}`" if n != "*" else f"`llama_cpp.{m}` | every name") for m, t in REFUSED.items() for n in t]
+    missing = [name for _, name in named if name not in page]
+    assert not missing, f"docs/llama-cpp-python.md does not name: {missing}"
+    assert "`llama_cpp.llama` | `AbortCriteria` |" in page  # a row says where the name was
