@@ -8,12 +8,13 @@ default there) and refused at any other.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from llama_ffi import lib
+from llama_ffi import ffi, lib
 from llama_ffi.high._checks import flag, integer
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 from llama_ffi.high.sampling_fields import LEGACY
@@ -58,6 +59,11 @@ REFUSED_INIT = {
 def model_flag(read) -> property:
     """A read-only ``Llama`` property: ``read(model pointer)`` (``lib.llama_model_is_recurrent``...)."""
     return property(lambda llm: bool(read(llm.loaded_model.ptr)), doc=f"llama.cpp's {read.__name__}.")
+
+
+def address_of(pointer) -> int:
+    """A C pointer of the cffi layer as the address llama-cpp-python's ctypes functions take."""
+    return int(ffi.cast("uintptr_t", pointer))
 
 
 def removed_parameters(kwargs: dict[str, Any], table: Mapping[str, tuple[Any, str]]) -> None:
@@ -192,11 +198,19 @@ def scores(llm) -> np.ndarray:
     return out
 
 
-def sampling_params(seed: int, last_n_tokens_size: int, **kw):
+def ignoring_end_of_generation(tokenizer, bias: Mapping[int, float] | None) -> dict[int, float]:
+    """``bias`` with every end-of-generation token banned: ``ignore_eos``, as llama-server does it."""
+    return {**(bias or {}), **dict.fromkeys(tokenizer.end_of_generation(), -math.inf)}
+
+
+def sampling_params(seed: int, last_n_tokens_size: int, tokenizer, ignore_eos: bool = False, **kw):
     """A request's SamplingParams from llama-cpp-python's names (``temp``, ``mirostat``); an
-    unknown name is an error. ``penalty_last_n`` defaults to the Llama's ``last_n_tokens_size``."""
+    unknown name is an error. ``penalty_last_n`` defaults to the Llama's ``last_n_tokens_size``;
+    ``ignore_eos`` bans every end-of-generation token of ``tokenizer``'s vocabulary."""
     from llama_ffi.high.sampling import SamplingParams
 
+    if flag("ignore_eos", ignore_eos):
+        kw["logit_bias"] = ignoring_end_of_generation(tokenizer, kw.get("logit_bias"))
     kw.setdefault("penalty_last_n", last_n_tokens_size)
     for legacy, name in LEGACY.items():
         value = kw.pop(legacy, None)

@@ -22,7 +22,7 @@ from llama_ffi.high.engine import Engine, results
 from llama_ffi.high.engine.slots import Slot
 from llama_ffi.high.grammar import LlamaGrammar
 from llama_ffi.high.model import Model
-from llama_ffi.high.request import as_tuple, from_keywords, ignoring_end_of_generation
+from llama_ffi.high.request import as_tuple, from_keywords
 from llama_ffi.high.sampling import SamplingParams
 from llama_ffi.high.seeds import SeedChain
 from llama_ffi.high.speculative import SpeculativeStats
@@ -248,6 +248,11 @@ class Llama:
         """Recurrent or hybrid memory: a cache that cannot be cut at a position."""
         return self._model.memory_is_recurrent
 
+    # llama-cpp-python's handles (addresses its ctypes functions take: llama_ffi.ctypes_view), valid
+    # while this Llama is open; the C objects stay this Llama's. n_batch: the context's.
+    model = property(lambda self: compat.address_of(self.loaded_model.ptr))
+    ctx = property(lambda self: compat.address_of(self.context.ptr))
+    n_batch = property(lambda self: self.context.n_batch)
     # llama-cpp-python's private flags, which code written for it reads
     _is_recurrent = compat.model_flag(lib.llama_model_is_recurrent)
     _is_hybrid = compat.model_flag(lib.llama_model_is_hybrid)
@@ -298,13 +303,10 @@ class Llama:
         return results.tokens(results.Call(self, [list(tokens)], 1, settings, [""], self.model_path, streamed=True))
 
     # ---- completion ------------------------------------------------------------------------------------
-    def sampling_params(self, seed: int | None = None, ignore_eos: bool = False, **kw) -> SamplingParams:
-        """A request's sampling settings from llama-cpp-python's keywords, with ``last_n_tokens_size``
-        as a default; without a ``seed``, the next of this Llama's seed chain (``seeds``).
-        ``ignore_eos`` bans every end-of-generation token, as llama-server does."""
-        if flag("ignore_eos", ignore_eos):
-            kw["logit_bias"] = ignoring_end_of_generation(self.tokenizer, kw.get("logit_bias"))
-        return compat.sampling_params(self._seeds.next(seed), self.last_n_tokens_size, **kw)
+    def sampling_params(self, seed: int | None = None, **kw) -> SamplingParams:
+        """A request's sampling settings from llama-cpp-python's keywords (``compat.sampling_params``);
+        without a ``seed``, the next of this Llama's seed chain (``seeds``)."""
+        return compat.sampling_params(self._seeds.next(seed), self.last_n_tokens_size, self.tokenizer, **kw)
 
     def create_completion(
         self,

@@ -9,7 +9,6 @@ its sampler); a new option of the request is one field here plus its API mapping
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -71,11 +70,6 @@ def as_tuple(x) -> tuple:
     if x is None:
         return ()
     return tuple(x) if isinstance(x, (list, tuple)) else (x,)
-
-
-def ignoring_end_of_generation(tokenizer, bias: Mapping[int, float] | None) -> dict[int, float]:
-    """``bias`` with every end-of-generation token banned: ``ignore_eos``, as llama-server does it."""
-    return {**(bias or {}), **dict.fromkeys(tokenizer.end_of_generation(), -math.inf)}
 
 
 def from_keywords(llm, keywords: Mapping[str, Any], **defaults) -> GenerationRequest:

@@ -3,13 +3,11 @@
 A module of the ``llama_cpp`` package answers such a name with ``NotProvidedError`` (an
 ``AttributeError``, so ``hasattr`` and ``getattr(..., default)`` feature checks take their
 fallback) whose message names it and the alternative. Names of llama-cpp-python's ctypes layer
-(``llama_cpp.llama_cpp``, ``mtmd_cpp``, ``_internals``) follow one rule: a C constant is llama.cpp's
-value; a C function or ctypes type is refused, naming the cffi function of the same C API.
+(``llama_cpp.llama_cpp``, ``mtmd_cpp``) come from ``llama_ffi.ctypes_view``: C constants, typed
+ctypes functions, structs, typedefs and pointer types, all derived from the compiled C API.
 """
 
 from __future__ import annotations
-
-from llama_ffi import lib
 
 
 class NotProvidedError(AttributeError):
@@ -123,7 +121,10 @@ REFUSED["llama_grammar"].update(
         "LlamaGrammar.from_file() on the grammars/ folder of llama.cpp's source (the same grammars)",
     )
 )
-CTYPES = "llama-cpp-python's ctypes layer, which llama-ffi does not provide: llama_ffi.ffi and llama_ffi.lib (cffi)"
+CTYPES = (
+    "a helper of llama-cpp-python's hand-written ctypes declarations; here every C function comes typed from the "
+    "C API itself (llama_cpp.llama_cpp.NAME, or llama_ffi.lib.NAME through cffi)"
+)
 for module, names in {
     "llama_cpp": ("LlamaModelKVOverrideType", "LlamaModelMetaKey", "ctypes_function", "ctypes_function_llama_ext"),
     "mtmd_cpp": ("clip_context_params", "clip_flash_attn_type", "ctypes_function", "ctypes_function_mtmd"),
@@ -152,21 +153,19 @@ CTYPES_MODULES = ("", "llama", "llama_cpp", "mtmd_cpp", "_internals", "llama_emb
 
 
 def c_name(name: str):
-    """llama.cpp's value of a C constant, or raises NotProvidedError for a C function or ctypes
-    type; None when ``name`` is not a C name at all."""
-    value = getattr(lib, name, None)
-    if isinstance(value, int):
-        return value
+    """What a C name of llama-cpp-python's ctypes layer is here (``ctypes_view``: a constant's
+    value, a typed ctypes function, a struct, a typedef or a pointer to one); NotProvidedError for
+    a C-looking name the C API no longer has; None for any other name."""
+    from llama_ffi.ctypes_view import VIEW
+
+    value = VIEW.named(name)
     if value is not None:
+        return value
+    base = name.removesuffix("_p_ctypes").removesuffix("_p")
+    if base.startswith(("llama_", "ggml_", "gguf_", "mtmd_", "LLAMA_", "GGML_", "MTMD_")):
         raise NotProvidedError(
-            f"{name} is a function of llama-cpp-python's ctypes layer, which llama-ffi does not provide: "
-            f"call llama_ffi.lib.{name} (cffi, the same C function), or use llama_ffi.Llama"
-        )
-    base = name[:-2] if name.endswith("_p") else name
-    if base.startswith(("llama_", "ggml_", "gguf_", "mtmd_")) or base.startswith(("LLAMA_", "GGML_", "MTMD_")):
-        raise NotProvidedError(
-            f"{name} is part of llama-cpp-python's ctypes layer, which llama-ffi does not provide: "
-            f"llama_ffi.ffi and llama_ffi.lib declare llama.cpp's C API through cffi"
+            f"{name} is not in the C API of the llama.cpp this llama-ffi was built from "
+            f"(llama.cpp removed or renamed it): llama_ffi.lib lists what it has"
         )
     return None
 

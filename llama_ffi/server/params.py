@@ -7,8 +7,9 @@ import math
 import os
 from pathlib import Path
 
+from llama_ffi.high.compat import ignoring_end_of_generation
 from llama_ffi.high.grammar import LlamaGrammar
-from llama_ffi.high.request import GenerationRequest, from_keywords, ignoring_end_of_generation
+from llama_ffi.high.request import GenerationRequest, from_keywords
 from llama_ffi.high.sampling_fields import BY_KEY
 from llama_ffi.server.errors import ApiError
 from llama_ffi.server.options import ServerOptions
