@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from llama_ffi.high import Llama, LlamaDiskCache
+from llama_ffi.high import state as state_format
 
 GREEDY = {"temperature": 0.0}
 LONG = "In the beginning of the story, a traveller walks along the river, past mills, farms and bridges, " * 3
@@ -41,17 +42,19 @@ def test_a_cache_file_cut_short_is_a_miss_and_is_dropped(smollm2_path, tmp_path)
         return llm
 
     with open_llama() as llm:
-        want = text_of(llm(LONG, max_tokens=12, **GREEDY))
-        llm("Something else entirely.", max_tokens=4, **GREEDY)  # takes the only slot: LONG is stored
+        want = text_of(llm(LONG, max_tokens=12, **GREEDY))  # stored when it ends
     [stored] = tmp_path.glob("*.llama-ffi-state")
     data = stored.read_bytes()
-    stored.write_bytes(data[: len(data) * 6 // 10])
+    damaged = data[: len(data) * 6 // 10]
+    stored.write_bytes(damaged)
     with open_llama() as llm:
         n_prompt = len(llm.tokenize(LONG))
         before = llm.engine.status().stats.prompt_tokens
         assert text_of(answer_within(lambda: llm(LONG, max_tokens=12, **GREEDY))) == want
         assert llm.engine.status().stats.prompt_tokens - before == n_prompt  # evaluated afresh: a miss
-        assert not stored.exists()  # ours, and damaged: removed
+        # ours, and damaged: removed; the completion then stored its state again, whole
+        assert stored.read_bytes() != damaged
+        state_format.decode(stored.read_bytes())
         assert text_of(answer_within(lambda: llm("Once upon a time", max_tokens=4, **GREEDY)))
 
 
