@@ -2,8 +2,9 @@
 (``library_venvs``; those requiring llama-cpp-python with ``--no-deps`` plus their other
 requirements), run their documented llama.cpp examples unchanged once ``install_as_llama_cpp()``
 lends llama-ffi the ``llama_cpp`` name: llama-cpp-haystack's ``LlamaCppChatGenerator`` (chat, a
-stream, a forced tool call) and instructor's llama-cpp-python mode (a pydantic model, partial
-streaming). Outputs are checked against llama-ffi's own API on the same model, or by validation."""
+stream, a forced tool call), instructor's llama-cpp-python mode (a pydantic model, partial
+streaming) and outlines (its tokenizer read through the ctypes functions; text, a pydantic
+model, a regex, a choice through its logits processor). Outputs are checked against llama-ffi's own API on the same model, or by validation."""
 
 from __future__ import annotations
 
@@ -143,3 +144,50 @@ def test_instructor_json_schema_mode_and_partial_streaming(request, model):
     last = partials[-1]
     assert isinstance(last["name"], str) and isinstance(last["age"], int)
     assert any(p.get("age") is None for p in partials[:-1])  # earlier partials lacked what came later
+
+
+OUTLINES = ["outlines==1.3.3", "numba"]  # numba: outlines_core's numpy kernels, which its llama.cpp backend uses
+OUTLINES_SCRIPT = r"""
+import json, re, sys
+from typing import Literal
+import llama_ffi
+assert llama_ffi.install_as_llama_cpp()
+import outlines
+from llama_cpp import Llama
+from outlines.types import Regex
+from pydantic import BaseModel, Field
+
+model = outlines.from_llamacpp(Llama(sys.argv[1], n_ctx=1024, verbose=False))
+
+
+class Character(BaseModel):  # bounded fields (outlines' integers are not), so the object closes in time
+    name: str = Field(max_length=16)
+    role: Literal["hero", "villain"]
+    alive: bool
+
+
+out = {
+    "text": model("Name a colour.", max_tokens=8, temperature=0),
+    "character": model("Create a character: name, role, alive?", Character, max_tokens=64, temperature=0),
+    "regex": model("Give a three-digit number.", Regex(r"[0-9]{3}"), max_tokens=8, temperature=0),
+    "choice": model("Is the sky blue? Answer yes or no.", Literal["yes", "no"], max_tokens=4, temperature=0),
+}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_outlines_text_pydantic_regex_and_choice(request, model):
+    import re
+
+    path = request.getfixturevalue(model)
+    python = library_venvs.prepared("outlines", OUTLINES)
+    out = run_in(python, OUTLINES_SCRIPT, str(path))
+    with Llama(path, n_ctx=1024, progress=False) as llm:
+        messages = [{"role": "user", "content": "Name a colour."}]
+        want = llm.create_chat_completion(messages, max_tokens=8, temperature=0)["choices"][0]["message"]["content"]
+    assert out["text"] == want  # outlines' chat mode is create_chat_completion
+    character = json.loads(out["character"])
+    assert set(character) == {"name", "role", "alive"} and len(character["name"]) <= 16
+    assert character["role"] in ("hero", "villain") and isinstance(character["alive"], bool)
+    assert re.fullmatch(r"[0-9]{3}", out["regex"]) and out["choice"] in ("yes", "no")
