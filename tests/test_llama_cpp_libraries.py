@@ -4,7 +4,8 @@ requirements), run their documented llama.cpp examples unchanged once ``install_
 lends llama-ffi the ``llama_cpp`` name: llama-cpp-haystack's ``LlamaCppChatGenerator`` (chat, a
 stream, a forced tool call), instructor's llama-cpp-python mode (a pydantic model, partial
 streaming) and outlines (its tokenizer read through the ctypes functions; text, a pydantic
-model, a regex, a choice through its logits processor). Outputs are checked against llama-ffi's own API on the same model, or by validation."""
+model, a regex, a choice through its logits processor). Outputs are checked against llama-ffi's
+own API on the same model, or by validation."""
 
 from __future__ import annotations
 
