@@ -60,11 +60,25 @@ def for_vocab(vocab) -> llguidance.LLTokenizer:
         if found is None:
             eog = end_of_generation(vocab) or [lib.llama_vocab_eos(vocab)]
             tokenize = int(ffi.cast("uintptr_t", ffi.addressof(lib, "llama_tokenize")))
-            found = llguidance.LLTokenizer.from_llamacpp(
-                tokens=token_bytes(vocab), vocab_ptr=key, tokenize_fptr=tokenize, eos_token=eog, slices=None
-            )
+            found = _llamacpp_tokenizer(token_bytes(vocab), key, tokenize, eog, lib.llama_vocab_eos(vocab))
             _cache[key] = found
         return found
+
+
+def _llamacpp_tokenizer(tokens: list[bytes], key: int, tokenize: int, eog: list[int], eos: int):
+    """llguidance's tokenizer over llama.cpp's vocabulary: every end-of-generation token ends a
+    constrained reply; llguidance before 1.9 takes one, llama.cpp's EOS (guidance pins 1.5)."""
+    try:
+        return llguidance.LLTokenizer.from_llamacpp(
+            tokens=tokens, vocab_ptr=key, tokenize_fptr=tokenize, eos_token=eog, slices=None
+        )
+    except TypeError as error:
+        if "eos_token" not in str(error):
+            raise
+    one = eos if eos in eog else eog[0]
+    return llguidance.LLTokenizer.from_llamacpp(
+        tokens=tokens, vocab_ptr=key, tokenize_fptr=tokenize, eos_token=one, slices=None
+    )
 
 
 def forget(vocab) -> None:
