@@ -351,6 +351,10 @@ def test_missing_draft_file(smollm2_path, tmp_path):
     ],
 )
 def test_unimplemented_type_names_itself(smollm2_path, kind):
+    if kind == SpeculativeType.DRAFT_EAGLE3:  # a drafter of its own: its missing file is named first
+        with pytest.raises(ValueError, match=f"{kind.name} needs draft_model_path .* no engine"):
+            _llama(smollm2_path, speculative=SpecConfig(type=kind))
+        return
     with pytest.raises(NotImplementedError, match=kind.name):
         _llama(smollm2_path, speculative=SpecConfig(type=kind))
 

@@ -120,7 +120,10 @@ class SpecConfig:
             names = ", ".join(t.name for t in SpeculativeType)
             raise RequestValueError(f"unknown speculative type {self.type!r} (one of {names})") from None
         if kind in EXTERNAL_DRAFTERS and self.draft_model_path is None:
-            raise RequestValueError(f"speculative type {kind.name} needs draft_model_path (its drafter's GGUF)")
+            missing_engine = "" if kind in IMPLEMENTED else ", and llama-ffi has no engine for it"
+            raise RequestValueError(
+                f"speculative type {kind.name} needs draft_model_path (its drafter's GGUF){missing_engine}"
+            )
         if kind not in IMPLEMENTED:
             raise NotImplementedError(
                 f"speculative type {kind.name} has no engine in llama-ffi "
