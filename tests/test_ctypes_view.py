@@ -113,3 +113,20 @@ def test_one_object_two_views(llm):
     tokens = (ctypes.c_int32 * 16)()
     n = VIEW.function("llama_tokenize")(vocab, text, len(text), tokens, 16, True, False)
     assert list(tokens[:n]) == llm.tokenize(text)
+
+
+def test_what_ctypes_code_decodes_into_a_lent_context_never_answers_the_llama(smollm2_path):
+    """guidance decodes through ``Llama.ctx`` into sequence 0, which the Llama's first slot uses:
+    afterwards the Llama's own requests do not take those cells for their cached prompt."""
+    prompt = "The capital of France is"
+    with Llama(smollm2_path, n_ctx=256, n_threads=2, n_seq_max=1, progress=False) as llm:
+        want = llm(prompt, max_tokens=6, temperature=0)["choices"][0]["text"]
+        ctx = llm.ctx  # lent from here on
+        cached = llm.tokens  # what the slot holds: the prompt and its answer
+        other = llm.tokenize(b"Completely different words fill these very same positions now, one by one")
+        other = (other * 4)[: len(cached)]  # as many cells as the slot believes it holds
+        memory = VIEW.named("llama_get_memory")(ctx)
+        VIEW.named("llama_memory_seq_rm")(memory, -1, 0, -1)
+        tokens = (ctypes.c_int32 * len(other))(*other)
+        assert VIEW.named("llama_decode")(ctx, VIEW.named("llama_batch_get_one")(tokens, len(other))) == 0
+        assert llm(prompt, max_tokens=6, temperature=0)["choices"][0]["text"] == want

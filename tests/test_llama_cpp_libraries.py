@@ -3,8 +3,9 @@
 requirements), run their documented llama.cpp examples unchanged once ``install_as_llama_cpp()``
 lends llama-ffi the ``llama_cpp`` name: llama-cpp-haystack's ``LlamaCppChatGenerator`` (chat, a
 stream, a forced tool call), instructor's llama-cpp-python mode (a pydantic model, partial
-streaming) and outlines (its tokenizer read through the ctypes functions; text, a pydantic
-model, a regex, a choice through its logits processor). Outputs are checked against llama-ffi's
+streaming), outlines (its tokenizer read through the ctypes functions; text, a pydantic model, a
+regex, a choice through its logits processor) and guidance (gen, select, a JSON schema; it decodes
+through the ctypes functions itself). Outputs are checked against llama-ffi's
 own API on the same model, or by validation."""
 
 from __future__ import annotations
@@ -192,3 +193,40 @@ def test_outlines_text_pydantic_regex_and_choice(request, model):
     assert set(character) == {"name", "role", "alive"} and len(character["name"]) <= 16
     assert character["role"] in ("hero", "villain") and isinstance(character["alive"], bool)
     assert re.fullmatch(r"[0-9]{3}", out["regex"]) and out["choice"] in ("yes", "no")
+
+
+GUIDANCE = ["guidance==0.3.1"]  # it pins llguidance 1.5.0, which llama-ffi supports (test_llguidance_oldest)
+GUIDANCE_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "alive": {"type": "boolean"}},
+    "required": ["name", "alive"],
+    "additionalProperties": False,
+}
+GUIDANCE_SCRIPT = r"""
+import json, sys
+import llama_ffi
+assert llama_ffi.install_as_llama_cpp()
+from guidance import gen, json as json_schema, select
+from guidance.models import LlamaCpp
+
+lm = LlamaCpp(sys.argv[1], n_ctx=1024, echo=False)
+out = {"gen": (lm + "The capital of France is" + gen("answer", max_tokens=6, temperature=0))["answer"]}
+out["select"] = (lm + "Is the sky blue? Answer: " + select(["yes", "no"], name="choice"))["choice"]
+schema = json.loads(sys.argv[2])
+out["json"] = (lm + "A character as JSON: " + json_schema(name="c", schema=schema, temperature=0, max_tokens=48))["c"]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_guidance_gen_select_and_json(request, model):
+    """guidance drives the context itself through the ctypes functions (``Llama.ctx``, its own
+    batches and KV removals): the Llama it made serves guidance alone."""
+    import jsonschema
+
+    path = request.getfixturevalue(model)
+    python = library_venvs.prepared("guidance", GUIDANCE)
+    out = run_in(python, GUIDANCE_SCRIPT, str(path), json.dumps(GUIDANCE_SCHEMA))
+    assert isinstance(out["gen"], str) and out["gen"].strip()
+    assert out["select"] in ("yes", "no")
+    jsonschema.validate(json.loads(out["json"]), GUIDANCE_SCHEMA)

@@ -66,6 +66,15 @@ def address_of(pointer) -> int:
     return int(ffi.cast("uintptr_t", pointer))
 
 
+def lent_context_address(llm) -> int:
+    """``Llama.ctx``: the context's address for ctypes code (guidance decodes through it); from
+    then on the engine trusts no idle slot's cells (``SlotTable.lent``): its requests evaluate
+    their prompts afresh, and clear what such code left in their sequences."""
+    context = llm.context
+    llm.engine.slots.lent = True
+    return address_of(context.ptr)
+
+
 def removed_parameters(kwargs: dict[str, Any], table: Mapping[str, tuple[Any, str]]) -> None:
     """Pop each removed parameter from ``kwargs``; refuse it unless it has its "off" value."""
     for name in list(kwargs):

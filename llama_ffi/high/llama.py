@@ -251,7 +251,7 @@ class Llama:
     # llama-cpp-python's handles (addresses its ctypes functions take: llama_ffi.ctypes_view), valid
     # while this Llama is open; the C objects stay this Llama's. n_batch: the context's.
     model = property(lambda self: compat.address_of(self.loaded_model.ptr))
-    ctx = property(lambda self: compat.address_of(self.context.ptr))
+    ctx = property(compat.lent_context_address)
     n_batch = property(lambda self: self.context.n_batch)
     # llama-cpp-python's private flags, which code written for it reads
     _is_recurrent = compat.model_flag(lib.llama_model_is_recurrent)

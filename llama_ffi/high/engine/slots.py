@@ -74,6 +74,9 @@ class SlotTable:
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.main = self.slots[0]  # the latest request's slot
         self.cache = None  # a prompt_cache.LlamaCache that keeps what slots lose (set_cache)
+        # Set once the context's address was lent (Llama.ctx): code outside the engine (guidance)
+        # may have decoded into the slots' sequences, so no idle slot's cells are trusted again.
+        self.lent = False
         self._clock = itertools.count(1)
         # One pool of cells shared by every sequence (unified KV), or n_ctx_seq cells each.
         self.shared_cells = context.n_ctx_seq == context.n_ctx
@@ -94,6 +97,9 @@ class SlotTable:
         system prompt) and an empty slot is idle, the empty one gets the prefix instead, as a copy
         that shares the cells."""
         candidates = self.idle()
+        if self.lent:
+            for slot in candidates:
+                self.drop(slot)
         scored = [(s.common_prefix(prompt, selection_key), s) for s in candidates]
         best = max(p for p, _ in scored)
         if best == 0 or best < SIMILARITY * len(prompt):
@@ -115,6 +121,12 @@ class SlotTable:
             empty.prompt_cells = min(slot.prompt_cells, best)
             return empty, best
         return slot, best
+
+    def drop(self, slot: Slot) -> None:
+        """Empty ``slot`` and its sequence without keeping anything (cells another user of the lent
+        context may have written are not this slot's to store)."""
+        lib.llama_memory_seq_rm(self.context.memory, slot.seq, -1, -1)
+        slot.tokens, slot.media_spans, slot.selection, slot.prompt_cells = [], [], None, 0
 
     def keep_in_cache(self, slot: Slot) -> None:
         """Store what ``slot`` holds in the prompt cache, if one is set (llama-cpp-python stores
