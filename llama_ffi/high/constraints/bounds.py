@@ -10,11 +10,12 @@ uses the schema as written."""
 
 from __future__ import annotations
 
+from llama_ffi.high.constraints import keywords
+
 LIMIT = 10**16 - 1
 STEP = 1e-9
 # the longest time and date-time with 9 digits of a second and an offset: "23:59:60.123456789+00:00"
 FORMAT_LENGTHS = {"time": 24, "date-time": 35}
-VALUES = frozenset({"enum", "const", "default", "examples"})  # JSON values, not schemas
 COMBINATORS = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "dependencies"})
 OTHER_PROPERTIES = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 
@@ -22,19 +23,15 @@ OTHER_PROPERTIES = ("additionalProperties", "patternProperties", "unevaluatedPro
 def narrowed(node, closable: bool = True):
     """A copy of the schema ``node`` narrowed for generation. ``closable``: no schema beside it
     (its parent's properties) adds properties that closing it would refuse."""
-    if isinstance(node, list):
-        return [narrowed(item, closable) for item in node]
     if not isinstance(node, dict):
-        return node
+        return node  # true, false
     names = node.get("properties")
-    out = {}
-    for key, value in node.items():
-        if key in VALUES:
-            out[key] = value
-        elif key in COMBINATORS:
-            out[key] = narrowed(value, closable and not isinstance(names, dict))
-        else:
-            out[key] = narrowed(value)
+    beside = closable and not isinstance(names, dict)  # what a combinator's branches may close
+
+    def within(key: str):
+        return (lambda sub: narrowed(sub, beside)) if key in COMBINATORS else narrowed
+
+    out = {key: keywords.children(key, value, within(key)) for key, value in node.items()}
     kinds = node.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     if "integer" in kinds or "number" in kinds:
@@ -44,7 +41,7 @@ def narrowed(node, closable: bool = True):
             out["maximum"] = LIMIT
         if "number" in kinds and "multipleOf" not in node:
             out["multipleOf"] = STEP
-    longest = FORMAT_LENGTHS.get(node.get("format"))
+    longest = FORMAT_LENGTHS.get(node.get("format")) if isinstance(node.get("format"), str) else None
     if longest is not None and "maxLength" not in node:
         out["maxLength"] = longest
     if isinstance(node.get("items"), list) and "additionalItems" not in node:  # draft 4's tuple

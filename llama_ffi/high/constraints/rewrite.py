@@ -24,6 +24,7 @@ import itertools
 import json
 from urllib.parse import unquote
 
+from llama_ffi.high.constraints import keywords
 from llama_ffi.high.constraints.negation import TYPES, constraining, negate
 
 # Formats llguidance enforces itself.
@@ -48,20 +49,6 @@ FORMAT_PATTERNS = {
     "relative-json-pointer": r"^(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)$",
 }
 
-SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
-SCHEMA_LISTS = ("prefixItems", "anyOf", "allOf", "oneOf")
-SCHEMA_VALUES = (
-    "additionalProperties",
-    "additionalItems",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-)
 # Distinct sequences of at most this many enumerated values become their list.
 MAX_UNIQUE_VALUES = 5
 # oneOf branches rewritten as "this one and not the others".
@@ -102,24 +89,13 @@ class Rewrite:
     def schema(self, node):
         if not isinstance(node, dict):
             return node
-        out = {key: self.children(key, value) for key, value in node.items()}
+        out = {key: keywords.children(key, value, self.schema) for key, value in node.items()}
         rules = (self.format, self.pattern, self.tuple_items, self.dependencies, self.conditional)
         for rule in (*rules, self.one_of, self.negation, self.unique):
             rule(out)
         if list(out) == ["allOf"] and len(out["allOf"]) == 1:
             return out["allOf"][0]
         return out
-
-    def children(self, key: str, value):
-        if key in SCHEMA_MAPS and isinstance(value, dict):
-            return {name: self.schema(sub) for name, sub in value.items()}
-        if key == "dependencies" and isinstance(value, dict):
-            return {name: sub if isinstance(sub, list) else self.schema(sub) for name, sub in value.items()}
-        if (key in SCHEMA_LISTS or key == "items") and isinstance(value, list):
-            return [self.schema(sub) for sub in value]
-        if key in SCHEMA_VALUES or key == "items":
-            return self.schema(value)
-        return value
 
     def format(self, out: dict) -> None:
         name = out.get("format")
@@ -404,11 +380,5 @@ def schemas(node, path: str = "#"):
         return
     yield path, node
     for key, value in node.items():
-        if key in SCHEMA_MAPS or key == "dependencies":
-            for name, sub in value.items() if isinstance(value, dict) else ():
-                yield from schemas(sub, f"{path}/{key}/{name}")
-        elif (key in SCHEMA_LISTS or key == "items") and isinstance(value, list):
-            for i, sub in enumerate(value):
-                yield from schemas(sub, f"{path}/{key}/{i}")
-        elif key in SCHEMA_VALUES or key == "items":
-            yield from schemas(value, f"{path}/{key}")
+        for suffix, sub in keywords.subschemas(key, value):
+            yield from schemas(sub, path + suffix)
