@@ -16,6 +16,7 @@ from either layer is an address the other takes (``ffi.cast("struct llama_model 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 
@@ -206,7 +207,8 @@ class CtypesView:
 SONAMES = ("libllama.so", "libmtmd.so", "libggml.so", "libggml-base.so", "libggml-cpu.so", "libggml-rpc.so")
 
 
-def loaded_libraries() -> list[ctypes.CDLL]:
+@functools.cache
+def loaded_libraries() -> tuple[ctypes.CDLL, ...]:
     """The handles of llama.cpp's libraries as this process loaded them (RTLD_NOLOAD: never a second
     copy, whichever file a CPU variant or a portable build took)."""
     handles = []
@@ -215,7 +217,7 @@ def loaded_libraries() -> list[ctypes.CDLL]:
             handles.append(ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_LAZY))
         except OSError:
             continue  # not in this build (ggml-rpc), or a backend module loaded later
-    return handles
+    return tuple(handles)
 
 
 def function_names() -> list[str]:
