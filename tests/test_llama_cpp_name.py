@@ -55,10 +55,10 @@ def test_install_lends_the_package_and_every_submodule():
 
 
 def test_the_environment_switch_lends_the_name_to_programs_one_cannot_edit():
-    code = "import llama_cpp; print(llama_cpp.__name__)"
-    lent = run_python(code, {"LLAMA_FFI_AS_LLAMA_CPP": "1"}, cwd="/")
+    code = "import llama_cpp; print(llama_cpp.__name__)"  # the installed start-up hook (a .pth) lends it
+    lent = run_python(code, {"LLAMA_FFI_AS_LLAMA_CPP": "1"})
     assert lent.returncode == 0 and lent.stdout.strip() == "llama_ffi.llama_cpp", lent.stderr[-2000:]
-    plain = run_python(code, {"LLAMA_FFI_AS_LLAMA_CPP": "0"}, cwd="/")
+    plain = run_python(code, {"LLAMA_FFI_AS_LLAMA_CPP": "0"})
     assert plain.returncode != 0 and "No module named 'llama_cpp'" in plain.stderr
 
 
