@@ -162,7 +162,7 @@ class CtypesView:
         value = getattr(lib, name, None) if not name.startswith(GLUE_PREFIX) else None
         if isinstance(value, int):
             return value
-        if value is not None and not isinstance(value, ffi.CData):
+        if api_function_type(name) is not None:
             return self.function(name)
         ctype = c_type(name)
         if ctype is not None:
@@ -184,11 +184,8 @@ class CtypesView:
             return self._functions[name]
 
     def _bind(self, name: str):
-        value = getattr(lib, name, None)
-        if value is None or name.startswith(GLUE_PREFIX) or isinstance(value, (int, ffi.CData)):
-            return None
-        ctype = ffi.typeof(value)
-        if ctype.kind != "function":
+        ctype = api_function_type(name)
+        if ctype is None:
             return None
         for library in loaded_libraries():
             try:
@@ -220,16 +217,19 @@ def loaded_libraries() -> tuple[ctypes.CDLL, ...]:
     return tuple(handles)
 
 
+def api_function_type(name: str):
+    """The cffi type of C API function ``name``; None for a constant, a global, the cffi module's
+    own glue, or a name it does not declare."""
+    value = getattr(lib, name, None)
+    if value is None or name.startswith(GLUE_PREFIX) or isinstance(value, (int, ffi.CData)):
+        return None
+    ctype = ffi.typeof(value)
+    return ctype if ctype.kind == "function" else None
+
+
 def function_names() -> list[str]:
     """Every C function of llama.cpp's API that the cffi module declares."""
-    names = []
-    for name in dir(lib):
-        value = getattr(lib, name)
-        if name.startswith(GLUE_PREFIX) or isinstance(value, (int, ffi.CData)):
-            continue
-        if ffi.typeof(value).kind == "function":
-            names.append(name)
-    return names
+    return [name for name in dir(lib) if api_function_type(name) is not None]
 
 
 def libllama() -> ctypes.CDLL:

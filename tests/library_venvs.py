@@ -34,19 +34,18 @@ def prepared(name: str, requirements: list[str], without_deps: list[str] = ()) -
     if (env_dir / ".ready").is_file():
         return python
     venv.EnvBuilder(clear=True, with_pip=True).create(env_dir)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    site = printed(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     Path(site, "llama_ffi_test_run.pth").write_text("\n".join(running_site_packages()) + "\n")
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    for cmd in (pip + requirements, pip + ["--no-deps", *without_deps] if without_deps else None):
-        if cmd is None:
-            continue
+    for cmd in [pip + requirements] + ([pip + ["--no-deps", *without_deps]] if without_deps else []):
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             pytest.skip(f"{name} could not be installed from the registry (offline?): {done.stderr.strip()[-400:]}")
     (env_dir / ".ready").write_text("\n".join([*requirements, *without_deps]) + "\n")
     return python
+
+
+def printed(python: Path, code: str, env: dict | None = None) -> str:
+    """What ``code`` prints when ``python`` runs it (a failure raises, with its output)."""
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, check=True)
+    return done.stdout.strip()

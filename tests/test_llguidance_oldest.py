@@ -17,12 +17,7 @@ OLDEST = "1.5.0"
 def test_the_constraint_tests_pass_on_the_oldest_llguidance():
     python = library_venvs.prepared("llguidance-oldest", [f"llguidance=={OLDEST}", "pytest", "hypothesis"])
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    version = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('llguidance'))"],
-        capture_output=True,
-        text=True,
-        env=env,
-    ).stdout.strip()
+    version = library_venvs.printed(python, "import importlib.metadata as m; print(m.version('llguidance'))", env)
     assert version == OLDEST
     done = subprocess.run(
         [

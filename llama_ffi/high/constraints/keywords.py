@@ -23,29 +23,35 @@ SCHEMA_VALUES = (
 )
 
 
-def children(key: str, value, visit: Callable):
-    """Keyword ``key``'s ``value`` with ``visit`` applied to every schema directly in it (draft 4's
-    ``dependencies`` maps names to schemas or to lists of names); a value that holds no schema
-    (``enum``, ``required``, an annotation, an unknown keyword) is returned as it is."""
-    if key in SCHEMA_MAPS and isinstance(value, dict):
-        return {name: visit(sub) for name, sub in value.items()}
-    if key == "dependencies" and isinstance(value, dict):
-        return {name: sub if isinstance(sub, list) else visit(sub) for name, sub in value.items()}
+def holds(key: str, value) -> str | None:
+    """What keyword ``key``'s ``value`` holds: "map" (names to schemas; draft 4's ``dependencies``
+    may map a name to a list of names instead), "list" (schemas), "schema", or None (JSON values,
+    ``required``, an annotation, an unknown keyword)."""
+    if (key in SCHEMA_MAPS or key == "dependencies") and isinstance(value, dict):
+        return "map"
     if (key in SCHEMA_LISTS or key == "items") and isinstance(value, list):
-        return [visit(sub) for sub in value]
+        return "list"
     if key in SCHEMA_VALUES or key == "items":
-        return visit(value)
-    return value
+        return "schema"
+    return None
+
+
+def children(key: str, value, visit: Callable):
+    """Keyword ``key``'s ``value`` with ``visit`` applied to every schema directly in it."""
+    held = holds(key, value)
+    if held == "map":
+        return {name: sub if isinstance(sub, list) else visit(sub) for name, sub in value.items()}
+    if held == "list":
+        return [visit(sub) for sub in value]
+    return visit(value) if held == "schema" else value
 
 
 def subschemas(key: str, value) -> Iterator[tuple[str, object]]:
     """(JSON pointer suffix, schema) of every schema directly in keyword ``key``'s ``value``."""
-    if (key in SCHEMA_MAPS or key == "dependencies") and isinstance(value, dict):
-        for name, sub in value.items():
-            if not isinstance(sub, list):
-                yield f"/{key}/{name}", sub
-    elif (key in SCHEMA_LISTS or key == "items") and isinstance(value, list):
-        for i, sub in enumerate(value):
-            yield f"/{key}/{i}", sub
-    elif key in SCHEMA_VALUES or key == "items":
+    held = holds(key, value)
+    if held == "map":
+        yield from ((f"/{key}/{name}", sub) for name, sub in value.items() if not isinstance(sub, list))
+    elif held == "list":
+        yield from ((f"/{key}/{i}", sub) for i, sub in enumerate(value))
+    elif held == "schema":
         yield f"/{key}", value
