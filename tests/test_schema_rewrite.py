@@ -130,7 +130,7 @@ def test_other_strings_matches_every_string_but_the_words(words, text):
         ),
         ({"type": "object", "oneOf": [{"required": ["a"], "pattern": "a"}, {"required": ["b"]}]}, "oneOf", "#"),
         ({"anyOf": [{"type": "string"}, {"not": {"pattern": "^a"}}]}, "not", "#/anyOf/1"),
-        ({"type": "object", "properties": {"x": {"type": "string", "format": "iri"}}}, "iri", "#/properties/x"),
+        ({"properties": {"x": {"type": "array", "contains": {"const": 1}}}}, "contains", "#/properties/x"),
     ],
 )
 def test_what_has_no_exact_rewrite_is_refused_naming_keyword_and_place(schema, keyword, where):

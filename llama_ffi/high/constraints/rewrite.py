@@ -12,42 +12,23 @@
 - ``pattern`` opening with look-aheads (``^(?=X)Y``): the patterns ``^X`` and ``^Y`` together;
 - ``prefixItems`` given one schema instead of a list (no draft's spelling): read as ``items``, as
   llama.cpp's converter reads it;
-- ``format``: draft 3's names for today's formats renamed, JSON pointers as their pattern, and
-  formats no JSON Schema draft defines dropped (an unknown format is an annotation).
+- ``format``: draft 3's names for today's formats renamed, the standard formats llguidance does not
+  know as their pattern (``formats``), and formats no JSON Schema draft defines dropped (an unknown
+  format is an annotation).
 
 Whatever has no exact rewrite stays, so llguidance refuses it by name: nothing that would let an
 invalid value through is dropped. ``used`` says which rewrites a schema needed."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import logging
 from urllib.parse import unquote
 
-from llama_ffi.high.constraints import keywords
+from llama_ffi.high.constraints import formats, keywords
 from llama_ffi.high.constraints.negation import TYPES, constraining, negate
-
-# Formats llguidance enforces itself.
-ENFORCED_FORMATS = frozenset(
-    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"}
-)
-# Formats JSON Schema defines (draft 2020-12); other names are annotations, valid for any string.
-STANDARD_FORMATS = ENFORCED_FORMATS | {
-    "idn-email",
-    "idn-hostname",
-    "uri-reference",
-    "iri",
-    "iri-reference",
-    "uri-template",
-    "json-pointer",
-    "relative-json-pointer",
-    "regex",
-}
-DRAFT3_NAMES = {"host-name": "hostname", "ip-address": "ipv4", "utc-millisec": None}
-FORMAT_PATTERNS = {
-    "json-pointer": r"^(/([^~/]|~[01])*)*$",
-    "relative-json-pointer": r"^(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)$",
-}
 
 # Distinct sequences of at most this many enumerated values become their list.
 MAX_UNIQUE_VALUES = 5
@@ -99,20 +80,19 @@ class Rewrite:
 
     def format(self, out: dict) -> None:
         name = out.get("format")
-        if not isinstance(name, str) or name in ENFORCED_FORMATS:
+        if not isinstance(name, str) or name in formats.ENFORCED:
             return
-        if name in DRAFT3_NAMES:
-            if DRAFT3_NAMES[name] is None:
+        if name in formats.DRAFT3_NAMES:
+            if formats.DRAFT3_NAMES[name] is None:
                 del out["format"]
             else:
-                out["format"] = DRAFT3_NAMES[name]
-        elif name in FORMAT_PATTERNS:
-            del out["format"]
-            also(out, {"pattern": FORMAT_PATTERNS[name]})
-        elif name not in STANDARD_FORMATS:
-            del out["format"]
+                out["format"] = formats.DRAFT3_NAMES[name]
         else:
-            return
+            del out["format"]
+            if name in formats.PATTERNS:
+                also(out, {"pattern": formats.pattern(name)})
+                if name in formats.PARTIAL:
+                    noted_partly_enforced(name)
         self.used.add("format")
 
     def pattern(self, out: dict) -> None:
@@ -209,6 +189,14 @@ class Rewrite:
         del out["uniqueItems"]
         also(out, {"enum": sequences} if sequences else False)
         self.used.add("uniqueItems")
+
+
+@functools.cache
+def noted_partly_enforced(name: str) -> None:
+    """Say once per process what of format ``name`` its pattern leaves unchecked."""
+    logging.getLogger("llama_ffi").warning(
+        "format %r is enforced as a regular language; not checked: %s", name, formats.PARTIAL[name]
+    )
 
 
 def lookaheads(pattern) -> list[str] | None:
