@@ -15,9 +15,10 @@ import llguidance
 from llama_ffi.high.constraints import bounds, rewrite
 from llama_ffi.high.errors import RequestTypeError, RequestValueError
 
-# Whitespace between JSON tokens as models write it (compact, one line, or pretty-printed), but at
-# most 24 characters at a time: a model cannot loop on it (as llama.cpp's converter bounds it).
-JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{1,24}"}
+# Whitespace between JSON tokens as llama.cpp's converter bounds it (its SPACE_RULE): none (compact,
+# the fewest tokens), one space, or one or two newlines and at most 20 spaces or tabs of indent. A
+# model cannot spend its tokens on a run of blank lines.
+JSON_OPTIONS = {"whitespace_pattern": r"(?: |\n{1,2}[ \t]{0,20})"}
 
 
 class ConstraintError(RequestValueError):
