@@ -18,6 +18,7 @@ only adds rules to this one)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -97,6 +98,7 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
         mask = np.zeros((llm.n_vocab + 31) // 32, dtype=np.uint32)
         compiled = passing = in_order = lets_invalid_through = with_tests = 0
         refusals: dict[str, int] = {}
+        errors: list[str] = []
         rewrites: dict[str, int] = {}
         times: list[float] = []
         valid_texts: list[str] = []
@@ -112,9 +114,12 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
                 first_mask.append(time.perf_counter() - started)
                 for used in rewritten_for(data["schema"]):
                     rewrites[used] = rewrites.get(used, 0) + 1
-            except (ConstraintError, ValueError, TypeError) as error:
-                reason = str(error).split(":")[-1].strip()[:60]
+            except ConstraintError as error:
+                reason = refusal_reason(str(error))
                 refusals[reason] = refusals.get(reason, 0) + 1
+                continue
+            except Exception as error:  # a refusal must be a ConstraintError: anything else is a defect
+                errors.append(f"{data.get('name')}: {type(error).__name__}: {error}"[:200])
                 continue
             compiled += 1
             if not tests:
@@ -154,7 +159,15 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
         "native_mask_p99_ms": float(np.percentile(native, 99)),
         "n_vocab": n_vocab,
         "refusals": dict(sorted(refusals.items(), key=lambda kv: -kv[1])[:10]),
+        "errors": errors,
     }
+
+
+def refusal_reason(message: str) -> str:
+    """A refusal's kind: its message without where it happened ("(at #/...)") or the text after
+    llguidance's own first sentence."""
+    message = re.sub(r" \(at #[^)]*\)", "", message).removeprefix("the JSON schema cannot be enforced: ")
+    return message.split("\n")[0][:90]
 
 
 def rewritten_for(schema) -> set[str]:
@@ -185,6 +198,9 @@ def table(result: dict) -> str:
         "Schemas compiled through a rewrite, by rewrite: " + "; ".join(f"{k} ({v})" for k, v in r["rewrites"].items()),
         "",
         "Refusals, most frequent first: " + "; ".join(f"{k} ({v})" for k, v in r["refusals"].items()),
+        "",
+        f"Exceptions other than ConstraintError: {len(r.get('errors', []))}",
+        *r.get("errors", [])[:10],
     ]
     return "\n".join(lines)
 
@@ -197,7 +213,7 @@ def write_sample(source: str | Path, out: str | Path, size: int = 240, max_chars
     for case in small:
         try:
             json_schema_grammar(case["schema"])
-        except (ConstraintError, ValueError, TypeError):
+        except ConstraintError:
             kinds.setdefault("refused", []).append(case)
             continue
         used = rewritten_for(case["schema"])

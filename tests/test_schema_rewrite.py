@@ -75,6 +75,17 @@ REWRITTEN = [
     {"type": "array", "maxItems": 1, "uniqueItems": True},
     {"type": "array", "uniqueItems": False},
     {"type": "string", "pattern": "^(?=.*b)(?=[^.]*$)a"},
+    {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False, "minProperties": 2},
+    {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False, "maxProperties": 1},
+    {
+        "type": "object",
+        "properties": {"a": {}, "b": {}, "c": {}, "kind": {"const": "a"}},
+        "required": ["kind"],
+        "additionalProperties": False,
+        "minProperties": 2,
+        "maxProperties": 3,
+    },
+    {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "maxProperties": 2},
 ]
 DEFINITIONS = {"kinds": {"type": "object", "required": ["kind"]}}
 
@@ -109,6 +120,13 @@ def test_a_rewritten_schema_means_what_the_original_means(schema, value):
 @pytest.mark.parametrize("schema", REWRITTEN, ids=lambda s: str(s)[:50])
 def test_what_llguidance_refused_compiles_once_rewritten(schema):
     json_schema_grammar({**schema, "definitions": DEFINITIONS})
+
+
+def test_a_property_count_no_object_can_meet_is_refused_as_unsatisfiable():
+    schema = {"type": "object", "properties": {"a": {}}, "additionalProperties": False, "minProperties": 2}
+    assert rewritten(schema)[0]["allOf"] == [False]
+    with pytest.raises(ConstraintError, match="nsatisfiable"):
+        json_schema_grammar(schema)
 
 
 @settings(max_examples=500, deadline=None)

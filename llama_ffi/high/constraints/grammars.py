@@ -5,7 +5,6 @@ constraint silently dropped."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -64,11 +63,15 @@ def enforced(schema: dict | bool | str, generation: bool = False) -> tuple[dict,
     try:
         return enforced_as_is(schema, generation)
     except ConstraintError as refused:
-        equivalent, used = rewrite.rewritten(schema)
-        if used:
-            with contextlib.suppress(ConstraintError):
-                return enforced_as_is(equivalent, generation)
-        raise ConstraintError(f"{refused}{located(schema, str(refused))}") from None
+        reason = str(refused)
+    equivalent, used = rewrite.rewritten(schema)
+    if used:
+        try:
+            return enforced_as_is(equivalent, generation)
+        except ConstraintError as still:
+            if "Unsatisfiable" in str(still):  # what was refused is gone, and no value is left
+                reason = str(still)
+    raise ConstraintError(f"{reason}{located(schema, reason)}") from None
 
 
 def enforced_as_is(schema: dict, generation: bool) -> tuple[dict, str]:

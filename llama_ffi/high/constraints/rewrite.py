@@ -9,6 +9,7 @@
   present with what it needs";
 - ``if``/``then``/``else``: "``if`` and ``then``, or ``not if`` and ``else``";
 - ``uniqueItems`` over a few enumerated values: the distinct sequences themselves;
+- ``minProperties``/``maxProperties`` of a closed object: the sets of optional properties present;
 - ``pattern`` opening with look-aheads (``^(?=X)Y``): the patterns ``^X`` and ``^Y`` together;
 - ``prefixItems`` given one schema instead of a list (no draft's spelling): read as ``items``, as
   llama.cpp's converter reads it;
@@ -25,6 +26,7 @@ import functools
 import itertools
 import json
 import logging
+import math
 from urllib.parse import unquote
 
 from llama_ffi.high.constraints import formats, keywords
@@ -34,6 +36,8 @@ from llama_ffi.high.constraints.negation import TYPES, constraining, negate
 MAX_UNIQUE_VALUES = 5
 # oneOf branches rewritten as "this one and not the others".
 MAX_NEGATED_BRANCHES = 4
+# Sets of present properties enumerated for min/maxProperties.
+MAX_PROPERTY_SETS = 64
 
 
 def rewritten(schema: dict) -> tuple[dict, set[str]]:
@@ -72,7 +76,7 @@ class Rewrite:
             return node
         out = {key: keywords.children(key, value, self.schema) for key, value in node.items()}
         rules = (self.format, self.pattern, self.tuple_items, self.dependencies, self.conditional)
-        for rule in (*rules, self.one_of, self.negation, self.unique):
+        for rule in (*rules, self.one_of, self.negation, self.unique, self.property_count):
             rule(out)
         if list(out) == ["allOf"] and len(out["allOf"]) == 1:
             return out["allOf"][0]
@@ -189,6 +193,50 @@ class Rewrite:
         del out["uniqueItems"]
         also(out, {"enum": sequences} if sequences else False)
         self.used.add("uniqueItems")
+
+    def property_count(self, out: dict) -> None:
+        """``minProperties``/``maxProperties`` of a closed object (no property but those listed):
+        which of its optional properties are present, enumerated."""
+        if "minProperties" not in out and "maxProperties" not in out:
+            return
+        sets = present_sets(out)
+        if sets is None:
+            return
+        out.pop("minProperties", None), out.pop("maxProperties", None)
+        if sets != [True]:
+            also(out, {"anyOf": sets} if sets else False)
+        self.used.add("min/maxProperties")
+
+
+def present_sets(schema: dict) -> list | None:
+    """The alternatives of which optional properties an object of ``schema`` holds, meeting its
+    ``minProperties``/``maxProperties`` (``[True]``: any; ``[]``: none); None where they cannot be
+    listed: an open object, a bound not an integer, or too many sets."""
+    names, required = schema.get("properties"), schema.get("required", [])
+    least, most = schema.get("minProperties", 0), schema.get("maxProperties")
+    closed = schema.get("additionalProperties") is False and "patternProperties" not in schema
+    if schema.get("type") != "object" or not closed or not isinstance(names, dict) or not isinstance(required, list):
+        return None
+    if not isinstance(least, int) or not isinstance(most, (int, type(None))) or not set(required) <= names.keys():
+        return None
+    optional = [name for name in names if name not in required]
+    low = max(least - len(set(required)), 0)
+    high = len(optional) if most is None else min(most - len(set(required)), len(optional))
+    if high < low:
+        return []
+    if low == 0 and high == len(optional):
+        return [True]
+    if high == len(optional):  # at least ``low`` of them: the sets of ``low`` that must be there
+        chosen = list(itertools.combinations(optional, low))
+        return None if len(chosen) > MAX_PROPERTY_SETS else [{"required": list(c)} for c in chosen]
+    counts = range(low, high + 1)
+    if sum(math.comb(len(optional), n) for n in counts) > MAX_PROPERTY_SETS:
+        return None
+    return [
+        {"required": list(c), "properties": {name: False for name in optional if name not in c}}
+        for n in counts
+        for c in itertools.combinations(optional, n)
+    ]
 
 
 @functools.cache
