@@ -8,7 +8,7 @@ import re
 
 import jsonschema
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from llama_ffi.high.constraints import ConstraintError, json_schema_grammar
@@ -110,6 +110,8 @@ def test_negation_accepts_exactly_what_the_schema_rejects(schema, value):
 @pytest.mark.parametrize("schema", REWRITTEN, ids=lambda s: str(s)[:50])
 @settings(max_examples=300, deadline=None)
 @given(value=values)
+@example(value={"kind": "a", "a": 1})  # objects on either side of a property count
+@example(value={"kind": "a", "a": 1, "b": "b", "c": None})
 def test_a_rewritten_schema_means_what_the_original_means(schema, value):
     schema = {**schema, "definitions": DEFINITIONS}
     equivalent, used = rewritten(schema)
