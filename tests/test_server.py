@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import ServerProcess
+from stream_timing import arrivals, assert_token_by_token
 
 from llama_ffi import lib, testing
 
@@ -124,6 +125,13 @@ def test_a_stream_without_include_usage_has_no_usage(server):
         lines = [line for line in r.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     assert all("usage" not in json.loads(line[6:]) for line in lines[:-1])
+
+
+def test_a_greedy_sse_stream_sends_each_token_as_it_is_decoded(server):
+    body = {"prompt": PROMPT, "max_tokens": 48, "stream": True, "ignore_eos": True, "temperature": 0}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+        events = (line for line in r.iter_lines() if line.startswith("data: {"))
+        assert_token_by_token(arrivals(events))
 
 
 def test_token_prompts_and_lists_of_prompts(client, single, reference):

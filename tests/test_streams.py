@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from stream_timing import arrivals, assert_token_by_token
 
 from llama_ffi.high import Llama
 from llama_ffi.high.speculative import SpecConfig, SpeculativeType
@@ -169,3 +170,18 @@ def test_a_speculative_stream_goes_on_while_other_requests_run_between_its_chunk
         # near tie (it differs on AVX2 CPUs)
         assert_same_or_near_tie(llm, REPETITIVE, text(head) + text(rest), 64)
         assert cache_is_consistent(spec)
+
+
+def test_a_greedy_stream_delivers_each_token_as_it_is_decoded(llm):
+    chunks = llm(STORY, max_tokens=48, stream=True, ignore_eos=True, **GREEDY)
+    assert_token_by_token(arrivals(chunks))
+
+
+def test_an_asyncio_greedy_stream_delivers_each_token_as_it_is_decoded(llm):
+    import asyncio
+
+    async def arrived() -> list[float]:
+        chunks = await llm.acreate_completion(STORY, max_tokens=48, stream=True, ignore_eos=True, **GREEDY)
+        return [time.perf_counter() async for _ in chunks]
+
+    assert_token_by_token(asyncio.run(arrived()))

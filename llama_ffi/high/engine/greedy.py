@@ -1,6 +1,7 @@
 """The greedy run: one sequence alone, greedy, with no per-token Python hook (``runs_greedily``),
 takes up to ``RUN`` tokens in one C call (Python between two decodes runs with cold caches:
-measured 0.2-0.3 ms a token on this machine). The tokens then go the way a step's do: recorded by
+measured 0.2-0.3 ms a token on this machine); a streamed request's run is one token, delivered
+before the next decode. The tokens then go the way a step's do: recorded by
 ``Stepper.decoded``, taken one by one (``choices.accept``), emitted by ``Stepper.deliver``; tokens
 decoded past the choice's end are cut."""
 
@@ -11,7 +12,6 @@ import time
 from llama_ffi import ffi, lib
 from llama_ffi.high.context import raise_for_decode_status
 from llama_ffi.high.engine.choices import Choice, accept
-from llama_ffi.high.engine.request import AHEAD
 
 RUN = 8  # tokens per greedy run: a request arriving meanwhile waits at most this
 
@@ -28,9 +28,9 @@ class GreedyRun:
         request, slot, ctx = c.group.request, c.slot, stepper.context
         started = time.perf_counter()
         stepper.adapters.apply(ctx, request.settings.adapters)
-        n = min(limit, c.budget - c.produced)
-        if request.streamed:
-            n = max(1, min(n, AHEAD - len(request.channel)))
+        # A stream gets each token as it is sampled: a run of several would hold the first back
+        # until the last is decoded (a second on a 7 B model on a CPU).
+        n = 1 if request.streamed else min(limit, c.budget - c.produced)
         ids, biases, n_bias = c.chain.greedy_bias
         constraint, candidates = c.chain.constraint
         base = len(slot.tokens)
