@@ -99,6 +99,7 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
         compiled = passing = in_order = lets_invalid_through = with_tests = 0
         refusals: dict[str, int] = {}
         errors: list[str] = []
+        let_through: list[str] = []
         rewrites: dict[str, int] = {}
         times: list[float] = []
         valid_texts: list[str] = []
@@ -132,7 +133,9 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
                     valid_texts.append(text)
                 accepted = instance_accepted(matcher, llm.tokenize(text, add_bos=False), eog, mask, times)
                 right &= accepted == test["valid"]
-                lets_invalid_through += accepted and not test["valid"]
+                if accepted and not test["valid"]:
+                    lets_invalid_through += 1
+                    let_through.append(str(data.get("name")))
                 if test["valid"] and not accepted:
                     matcher.reset()
                     text = json.dumps(in_schema_order(test["data"], data["schema"]), ensure_ascii=False)
@@ -152,6 +155,7 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
         "passing_in_order": in_order,
         "rewrites": dict(sorted(rewrites.items(), key=lambda kv: -kv[1])),
         "invalid_accepted": lets_invalid_through,
+        "invalid_accepted_in": let_through,
         "mask_p50_ms": float(np.percentile(ms, 50)),
         "mask_p99_ms": float(np.percentile(ms, 99)),
         "first_mask_p50_ms": float(np.percentile(first, 50)),

@@ -86,12 +86,15 @@ _IDN_HOSTNAME = rf"{_IDN_LABEL}(?:\.{_IDN_LABEL})*\.?"
 
 # A regular expression (ECMA-262 as JSON Schema says; Python's ``re`` as validators check it):
 # escapes complete, character classes closed, a quantifier only after something it can repeat.
-# Whether groups balance is not regular: that part is left to the model.
+# Whether groups balance is not regular: that part is left to the model. Its classes hold printable
+# characters only: llguidance (1.9.1) lets the escapes \\ and \" through a class that also holds
+# control characters, though it excludes the backslash or quote themselves.
+_TOP = "\U0010ffff"  # the last code point
 _QUANTIFIER = r"(?:[*+?]|\{[0-9]*(?:,[0-9]*)?\})[?+]?"
-_CLASS = r"\[\^?\]?(?:[^\\\]]|\\[\s\S])*\]"
-_ATOM = _any(r"\\[\s\S]", _CLASS, r"\)", r"[^\\\[()|*+?]")
+_CLASS = rf"\[\^?\]?(?:[ -\[\^-{_TOP}]|\\[ -{_TOP}])*\]"
+_ATOM = _any(rf"\\[ -{_TOP}]", _CLASS, r"\)", rf"[ -',->@-Z\]-{{}}-{_TOP}]")
 _GROUP_KIND = _any(
-    r"#[^)]*\)",  # a comment, closed at once
+    rf"#[ -(*-{_TOP}]*\)",  # a comment, closed at once
     r"\([A-Za-z0-9_]+\)",  # a condition on a group
     "[:=!>]|<[=!]",
     "P?<[A-Za-z_][A-Za-z0-9_]*>",
