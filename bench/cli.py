@@ -472,6 +472,12 @@ def main(argv: list[str] | None = None) -> int:
         help="add the parallel table: 1-16 sequences decoded together against llama-batched-bench",
     )
     ap.add_argument(
+        "--stream-latency",
+        action="store_true",
+        help="add the streaming table: the gaps between a greedy stream's tokens from llama-ffi serve "
+        "and llama-server (p50, p99, longest)",
+    )
+    ap.add_argument(
         "--server",
         action="store_true",
         help="add the server table: 1-16 concurrent HTTP clients "
@@ -664,6 +670,20 @@ def main(argv: list[str] | None = None) -> int:
         from bench import router as bench_router
 
         print(bench_router.router_table(bench_router.bench(args.model, args.threads, args.repeats)))
+    if args.stream_latency:
+        from bench import stream_latency
+
+        bench_bin = find_llama_bench(args.llama_bench)
+        found = [bench_bin and bench_bin.with_name("llama-server"), Path("build/llama.cpp-reference/bin/llama-server")]
+        native = next((path for path in found if path and path.is_file()), None)
+        if native is None:
+            print(
+                "llama-server not found: its row is left out (python -m tools.native_build --reference)",
+                file=sys.stderr,
+            )
+        rows = stream_latency.bench(args.model, args.threads, args.repeats, native)
+        print(stream_latency.stream_latency_table(rows))
+        return 0
     if args.server:
         from bench import server as bench_server
 

@@ -166,6 +166,22 @@ class HttpServer:
         if out["usage"]["completion_tokens"] != N_GEN:
             raise RuntimeError(f"expected {N_GEN} tokens, got {out['usage']}")
 
+    def stream(self, prompt: list[int], n_gen: int) -> list[float]:
+        """When each of the ``n_gen`` greedy tokens of a streamed ``/v1/completions`` arrived
+        (``time.perf_counter``, one per SSE event with text)."""
+        body = {"prompt": prompt, "max_tokens": n_gen, "temperature": 0, "ignore_eos": True, "stream": True}
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/v1/completions",
+            json.dumps({**body, **self.extra}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        arrived = []
+        with urllib.request.urlopen(req, timeout=REQUEST_S) as r:
+            for line in r:
+                if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0].get("text"):
+                    arrived.append(time.perf_counter())
+        return arrived
+
     def close(self) -> None:
         self.proc.terminate()
         try:

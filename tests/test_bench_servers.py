@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bench import concurrent, long_prompt
+from bench import concurrent, long_prompt, stream_latency
 from llama_ffi.rpc import free_port
 
 
@@ -28,3 +28,19 @@ def test_the_long_prompt_is_12k_where_the_model_holds_it_else_the_most_that_fits
         n = long_prompt.prompt_length(n_ctx_train)
         assert n % 256 == 0
         assert n + long_prompt.N_EXTEND + long_prompt.N_DECODE <= n_ctx_train
+
+
+def test_the_stream_table_times_every_token_of_a_stream(smollm2_path):
+    from llama_ffi.high import Llama
+
+    with Llama(smollm2_path, vocab_only=True, progress=False) as vocab:
+        prompt = vocab.tokenize(b"Once upon a time, in a small village by the sea,")
+    server = concurrent.HttpServer([sys.executable, "-m", "llama_ffi.server"], smollm2_path, 2, 1)
+    try:
+        arrived = server.stream(prompt, 24)
+    finally:
+        server.close()
+    assert len(arrived) == 24 and arrived == sorted(arrived)
+    (row,) = stream_latency.bench(smollm2_path, 2, 1, None)
+    assert row["server"] == "llama-ffi serve" and 0 < row["p50_ms"] <= row["p99_ms"] <= row["longest_ms"]
+    assert "llama-ffi serve" in stream_latency.stream_latency_table([row])
