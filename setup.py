@@ -51,9 +51,9 @@ class BuildWithStartupHook(build_py):
 
 setup(
     # The module uses only CPython's stable ABI (cffi's C code defines Py_LIMITED_API): one build,
-    # and one wheel tagged cp39-abi3, serves every CPython from 3.9 on.
+    # and one wheel tagged cp310-abi3, serves every CPython from 3.10 on (the oldest llguidance serves).
     ext_modules=[Extension("llama_ffi._lib", sources=[], py_limited_api=True)],
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
     cmdclass={"build_ext": BuildLlamaFFI, "build_py": BuildWithStartupHook},
     py_modules=["_llama_ffi_as_llama_cpp"],
     package_data={"llama_ffi": ["lib/*.so", "lib/*.dylib", "py.typed", "*.pyi"]},

@@ -215,9 +215,9 @@ def test_another_builds_libraries_are_refused(venv, tmp_path):
     assert "LibraryMismatchError" in proc.stderr and "another llama.cpp build is first" in proc.stderr
 
 
-# ---- one wheel for every CPython from 3.9, and for glibc 2.28 ------------------------------------
+# ---- one wheel for every CPython from 3.10, and for glibc 2.28 ------------------------------------
 OLDEST_GLIBC = (2, 28)
-PYTHONS = ("3.9", "3.11", "3.13")
+PYTHONS = ("3.10", "3.11", "3.13")  # the oldest llguidance >= 1.5.0 serves, to the newest
 
 
 def glibc_versions(library: bytes) -> set[tuple[int, ...]]:
@@ -226,7 +226,7 @@ def glibc_versions(library: bytes) -> set[tuple[int, ...]]:
 
 
 def test_the_wheel_is_abi3_and_needs_nothing_newer_than_glibc_2_28(wheel, tmp_path):
-    tag = re.search(r"-cp39-abi3-manylinux_(\d+)_(\d+)_x86_64", wheel.name)
+    tag = re.search(r"-cp310-abi3-manylinux_(\d+)_(\d+)_x86_64", wheel.name)
     assert tag and (int(tag[1]), int(tag[2])) <= OLDEST_GLIBC, wheel.name
     names = zipfile.ZipFile(wheel).namelist()
     assert "llama_ffi/_lib.abi3.so" in names and not [n for n in names if "cpython-3" in n]
@@ -288,7 +288,7 @@ print(json.dumps({{"python": list(sys.version_info[:2]), "module": llama_ffi._li
 
 @pytest.mark.parametrize("version", PYTHONS)
 def test_the_one_wheel_runs_on_each_cpython(wheel, version, tmp_path, smollm2_path):
-    """Installed without a compiler on CPython 3.9, 3.11 and 3.13: the raw API, a greedy completion
+    """Installed without a compiler on CPython 3.10, 3.11 and 3.13: the raw API, a greedy completion
     (the source build's text, or a near tie) and an embedding (the source build's, to rounding)."""
     from llama_ffi.high import Llama
 

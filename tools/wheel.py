@@ -8,7 +8,7 @@ The wheel runs on any x86-64 Linux with a glibc as new as its manylinux tag, wit
    ``GGML_CPU_ALL_VARIANTS=ON``; see ``tools.native_build``) in ``build/wheel/llama.cpp-*``, kept
    between runs so a second wheel only recompiles what changed. By default with Zig's compiler
    for glibc 2.28 (``tools.zig_toolchain``; ``--glibc system`` uses this machine's compiler and
-   glibc); the cffi module is one ``abi3`` file, so the one wheel serves CPython 3.9 and later;
+   glibc); the cffi module is one ``abi3`` file, so the one wheel serves CPython 3.10 and later;
 3. repair it with ``auditwheel``: it grafts the few system libraries the modules need and gives
    the wheel the oldest ``manylinux`` tag its symbols allow. GPU drivers' loaders (``libvulkan``,
    ``libcuda``) stay the system's.

@@ -8,9 +8,9 @@ import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing
 
 from llama_ffi import ffi, lib
-from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
 from llama_ffi.high.chat import formats, media_parts
 from llama_ffi.high.chat import tools as tool_calls

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import aclosing
 
-from llama_ffi._backports import aclosing
 from llama_ffi.high import shapes
 from llama_ffi.high.completion import prepare
 from llama_ffi.high.engine.choices import build_groups

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from contextlib import aclosing
 from typing import Any
 
 from pydantic import StrictBool, StrictInt
 
-from llama_ffi._backports import aclosing
 from llama_ffi.high.engine import results
 from llama_ffi.high.engine.progress import PromptProgress
 from llama_ffi.server.errors import sse_error
