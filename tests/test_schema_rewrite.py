@@ -86,6 +86,12 @@ REWRITTEN = [
         "maxProperties": 3,
     },
     {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "maxProperties": 2},
+    {
+        "$defs": {
+            "tree": {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/tree"}}}}
+        },
+        "properties": {"b": {"$ref": "#/$defs/tree", "description": "a recursive reference's annotations"}},
+    },
 ]
 DEFINITIONS = {"kinds": {"type": "object", "required": ["kind"]}}
 

@@ -23,6 +23,37 @@ SCHEMA_VALUES = (
 )
 
 
+# Keywords that say something about a schema without constraining any value.
+ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "example",
+        "$schema",
+        "$id",
+        "id",
+        "$comment",
+        "$anchor",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$defs",
+        "definitions",
+        "contentMediaType",
+        "contentEncoding",
+        "discriminator",
+        "nullable",
+        "markdownDescription",
+        "errorMessage",
+    }
+)
+# Of those, what a schema beside a "$ref" may drop: the others name or hold schemas ("$id" moves
+# the base of the references inside, "definitions" holds their targets).
+REF_ANNOTATIONS = ANNOTATIONS - {"$id", "id", "$anchor", "$defs", "definitions"}
+
+
 def holds(key: str, value) -> str | None:
     """What keyword ``key``'s ``value`` holds: "map" (names to schemas; draft 4's ``dependencies``
     may map a name to a list of names instead), "list" (schemas), "schema", or None (JSON values,

@@ -13,34 +13,9 @@ import math
 import string
 from collections.abc import Callable
 
-TYPES = ("null", "boolean", "object", "array", "string", "number")
+from llama_ffi.high.constraints.keywords import ANNOTATIONS
 
-# Keywords that say something about a schema without constraining any value.
-ANNOTATIONS = frozenset(
-    {
-        "title",
-        "description",
-        "default",
-        "examples",
-        "example",
-        "$schema",
-        "$id",
-        "id",
-        "$comment",
-        "$anchor",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "$defs",
-        "definitions",
-        "contentMediaType",
-        "contentEncoding",
-        "discriminator",
-        "nullable",
-        "markdownDescription",
-        "errorMessage",
-    }
-)
+TYPES = ("null", "boolean", "object", "array", "string", "number")
 
 Resolve = Callable[[str], "dict | bool | None"]
 

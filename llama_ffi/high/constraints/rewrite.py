@@ -13,6 +13,7 @@
 - ``pattern`` opening with look-aheads (``^(?=X)Y``): the patterns ``^X`` and ``^Y`` together;
 - ``prefixItems`` given one schema instead of a list (no draft's spelling): read as ``items``, as
   llama.cpp's converter reads it;
+- annotations beside a ``$ref`` dropped;
 - ``format``: draft 3's names for today's formats renamed, the standard formats llguidance does not
   know as their pattern (``formats``), and formats no JSON Schema draft defines dropped (an unknown
   format is an annotation).
@@ -75,12 +76,21 @@ class Rewrite:
         if not isinstance(node, dict):
             return node
         out = {key: keywords.children(key, value, self.schema) for key, value in node.items()}
-        rules = (self.format, self.pattern, self.tuple_items, self.dependencies, self.conditional)
+        rules = (self.ref_siblings, self.format, self.pattern, self.tuple_items, self.dependencies, self.conditional)
         for rule in (*rules, self.one_of, self.negation, self.unique, self.property_count):
             rule(out)
         if list(out) == ["allOf"] and len(out["allOf"]) == 1:
             return out["allOf"][0]
         return out
+
+    def ref_siblings(self, out: dict) -> None:
+        """Annotations beside a ``$ref`` dropped (llguidance refuses any sibling of a recursive one)."""
+        if "$ref" not in out or len(out) == 1:
+            return
+        if all(key == "$ref" or key in keywords.REF_ANNOTATIONS or key.startswith("x-") for key in out):
+            for key in [key for key in out if key != "$ref"]:
+                del out[key]
+            self.used.add("annotations beside $ref")
 
     def format(self, out: dict) -> None:
         name = out.get("format")
