@@ -551,9 +551,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--thread-pool",
-        nargs=2,
-        metavar="LIB_DIR",
-        help="add the thread-pool table: llama-ffi on two builds of llama.cpp's libraries (e.g. OpenMP and "
+        nargs="+",
+        metavar="LIB_DIR_OR_PYTHON",
+        help="add the thread-pool table: llama-ffi on two or more builds of llama.cpp's libraries, each a folder "
+        "of libraries or another Python with llama-ffi installed (e.g. OpenMP and "
         "ggml's own pool), alone, oversubscribed, beside a busy process and beside an idle Llama",
     )
     ap.add_argument(

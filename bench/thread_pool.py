@@ -10,6 +10,7 @@ hold threads that slow the busy one: ``engine.core.RELEASE_THREADS_AFTER_S``).
     python -m tools.native_build  # then, e.g.:
     LLAMA_FFI_BUILD_DIR=build/llama.cpp-no-openmp CMAKE_ARGS=-DGGML_OPENMP=OFF python -m tools.native_build
     python -m bench --thread-pool build/llama.cpp/bin build/llama.cpp-no-openmp/bin
+    python -m bench --thread-pool build/llama.cpp/bin WHEEL_VENV/bin/python  # the wheel's own build
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from bench.common import median
@@ -57,22 +59,29 @@ def _busy(on: bool):
             p.wait()
 
 
-def _probe(lib_dir: Path, model: str, threads: int, busy: bool, idle_llama: bool) -> dict:
-    """The probe's figures; 0 t/s for every test where it stalled past ``PROBE_S``."""
-    env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir.resolve())}
-    with _busy(busy):
+def _probe(build: Path, model: str, threads: int, busy: bool, idle_llama: bool) -> dict:
+    """The probe's figures; 0 t/s for every test where it stalled past ``PROBE_S``. ``build``: a
+    folder of libraries (this Python's llama-ffi on them), or another Python with llama-ffi
+    installed (e.g. a venv holding the portable wheel), which runs the probe on its own install."""
+    with _busy(busy), tempfile.TemporaryDirectory() as elsewhere:
+        if build.is_dir():
+            python, cwd, env = sys.executable, None, {**os.environ, "LD_LIBRARY_PATH": str(build.resolve())}
+        else:  # away from the checkout, whose llama_ffi would shadow the install; the benchmark beside it
+            python, cwd, env = str(build), elsewhere, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            (Path(elsewhere) / "bench").symlink_to(Path(__file__).resolve().parent)
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", _PROBE, model, str(threads), str(int(idle_llama))],
+                [python, "-c", _PROBE, model, str(threads), str(int(idle_llama))],
                 capture_output=True,
                 text=True,
                 env=env,
+                cwd=cwd,
                 timeout=PROBE_S,
             )
         except subprocess.TimeoutExpired:
             return {"pp": 0.0, "tg": 0.0, "c8": 0.0}
     if proc.returncode != 0:
-        raise RuntimeError(f"the probe failed on {lib_dir}:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"the probe failed on {build}:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -87,15 +87,19 @@ double llama_ffi_decode_seconds(void) {
    graph nodes) stops spinning and sleeps in the kernel: one idle Llama whose loop had decoded
    halved another's generation speed on 2 cores. omp_pause_resource_all(omp_pause_soft) ends the
    calling thread's team (libgomp's pause only touches the caller's own pool); the next parallel
-   region starts a new one. libgomp is looked up only if already loaded (none in builds without
-   OpenMP, such as the wheel's): returns -1 then, else the pause's result (0 on success). */
+   region starts a new one. The runtime is looked up only if already loaded: libgomp (the source
+   build's) or LLVM's libiomp5 (the wheel's; the same call). Returns -1 without either (a build
+   without OpenMP), else the pause's result (0 on success). */
 typedef int (*llama_ffi_omp_pause_fn)(int);
 static llama_ffi_omp_pause_fn llama_ffi_omp_pause_all(void) {
-    static void * found = NULL;  /* looked up again until libgomp is loaded; loops race benignly */
+    static void * found = NULL;  /* looked up again until a runtime is loaded; loops race benignly */
     void * fn = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
     if (fn == NULL) {
-        void * gomp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
-        fn = gomp == NULL ? NULL : dlsym(gomp, "omp_pause_resource_all");
+        void * runtime = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (runtime == NULL) {
+            runtime = dlopen("libiomp5.so", RTLD_LAZY | RTLD_NOLOAD);
+        }
+        fn = runtime == NULL ? NULL : dlsym(runtime, "omp_pause_resource_all");
         __atomic_store_n(&found, fn, __ATOMIC_RELEASE);
     }
     return (llama_ffi_omp_pause_fn)fn;

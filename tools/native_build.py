@@ -162,8 +162,13 @@ def _configure_and_build(
 
 
 def build(tree: Tree, into: Path | None = None, jobs: int | None = None) -> Path:
-    """The shared libraries the package ships; returns the folder holding them."""
-    return _configure_and_build(tree, into or build_dir(), cmake_args(tree), TARGETS, jobs, "libraries")
+    """The shared libraries the package ships; returns the folder holding them. Libraries the
+    build links from elsewhere and the package must carry (``LLAMA_FFI_BUNDLED_LIBRARIES``, paths
+    separated by ``os.pathsep``: the wheel's OpenMP runtime) are copied in beside them."""
+    lib_dir = _configure_and_build(tree, into or build_dir(), cmake_args(tree), TARGETS, jobs, "libraries")
+    for path in filter(None, os.environ.get("LLAMA_FFI_BUNDLED_LIBRARIES", "").split(os.pathsep)):
+        replace_file(Path(path), lib_dir / Path(path).name)
+    return lib_dir
 
 
 REFERENCE_BUILD_DIR = REPO_ROOT / "build" / "llama.cpp-reference"

@@ -8,7 +8,8 @@ The wheel runs on any x86-64 Linux with a glibc as new as its manylinux tag, wit
    ``GGML_CPU_ALL_VARIANTS=ON``; see ``tools.native_build``) in ``build/wheel/llama.cpp-*``, kept
    between runs so a second wheel only recompiles what changed. By default with Zig's compiler
    for glibc 2.28 (``tools.zig_toolchain``; ``--glibc system`` uses this machine's compiler and
-   glibc); the cffi module is one ``abi3`` file, so the one wheel serves CPython 3.10 and later;
+   glibc), with OpenMP on LLVM's runtime (``tools.openmp_runtime``); the cffi module is one
+   ``abi3`` file, so the one wheel serves CPython 3.10 and later;
 3. repair it with ``auditwheel``: it grafts the few system libraries the modules need and gives
    the wheel the oldest ``manylinux`` tag its symbols allow. GPU drivers' loaders (``libvulkan``,
    ``libcuda``) stay the system's.
@@ -32,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools import vulkan_sdk, zig_toolchain
+from tools import openmp_runtime, vulkan_sdk, zig_toolchain
 from tools.gen import preprocess
 from tools.vendor import REPO_ROOT
 
@@ -114,6 +115,9 @@ def build_env(glibc: str, vulkan: bool, vulkan_headers: str | None = None) -> di
         # the headers are still read with this machine's compiler (their cdefs stay machine-independent)
         env.update(zig_toolchain.compiler_env(wrappers), LLAMA_FFI_PREPROCESSOR=preprocess.compiler())
         args += zig_toolchain.cmake_args(wrappers)
+        include, library = openmp_runtime.stage(STAGE / "openmp")
+        args += openmp_runtime.cmake_args(include, library)
+        env["LLAMA_FFI_BUNDLED_LIBRARIES"] = str(library)  # shipped beside the CPU modules that need it
     if vulkan:
         args += vulkan_sdk.stage(STAGE / "vulkan-sdk", vulkan_headers)
     env["CMAKE_ARGS"] = shlex.join(args) + " " + os.environ.get("CMAKE_ARGS", "")

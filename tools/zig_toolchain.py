@@ -7,8 +7,7 @@ instead and links its own libc++ statically, so the libraries need nothing newer
 ``libstdc++``. It is a pip package: no container, no sysroot, no root (a manylinux image would
 need a container runtime this build does not assume).
 
-Zig brings no OpenMP runtime; ggml then uses its own thread pool (``GGML_OPENMP=OFF``), which
-the benchmark compares with the native build.
+Zig brings no OpenMP runtime: the wheel's comes from ``tools.openmp_runtime``.
 
 CMake and distutils take one executable per compiler, so each is a small script calling
 ``zig cc`` / ``zig c++`` with the target; ``CC`` and ``CXX`` name them for cffi's compile of the
@@ -70,7 +69,6 @@ def cmake_args(wrappers: dict[str, Path]) -> list[str]:
         f"-DCMAKE_CXX_COMPILER={wrappers['c++']}",
         f"-DCMAKE_SHARED_LINKER_FLAGS={LINK_FLAGS}",
         f"-DCMAKE_MODULE_LINKER_FLAGS={LINK_FLAGS}",  # the backend modules
-        "-DGGML_OPENMP=OFF",  # zig has no libgomp: ggml's own thread pool
     ]
 
 
