@@ -86,7 +86,10 @@ def auto_calls(model, opening: str, seed: int) -> dict:
     )
     choice = out["choices"][0]  # "length" where the budget ended a run of calls (as llama-server says)
     assert choice["finish_reason"] in ("tool_calls", "length") and choice["message"]["tool_calls"], choice
-    for call in choice["message"]["tool_calls"]:
+    calls = choice["message"]["tool_calls"]
+    if choice["finish_reason"] == "length":  # the last call may be the one cut, healed as llama-server heals it
+        calls = calls[:-1]
+    for call in calls:
         valid_call(call)
     return choice["message"]
 

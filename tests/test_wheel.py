@@ -102,6 +102,7 @@ def test_the_wheel_carries_the_cpu_variants_and_no_development_files(wheel, tree
     assert not set(LEFT_OUT_MODULES) & shipped
     assert {"libllama.so", "libggml.so", "libggml-base.so", "libmtmd.so", "libggml-rpc.so"} <= shipped
     assert "libggml-cpu.so" not in shipped  # no native CPU library beside the variants
+    assert "libiomp5.so" in shipped  # the OpenMP runtime the CPU modules run on (tools/openmp_runtime.py)
     assert not [n for n in names if n.endswith((".h", ".a", ".cmake", ".pc"))]
     assert not [n for n in names if "libvulkan" in n or "libcuda" in n]
 
@@ -167,6 +168,27 @@ def test_readme_completion_runs_without_a_compiler(venv, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip(), "no completion text"
+
+
+_OPENMP = """
+import json
+from llama_ffi import Llama, lib
+from llama_ffi.registry import fetch
+llm = Llama(str(fetch()), n_ctx=256, n_threads=2, progress=False)
+llm.create_completion("Hello", max_tokens=4)
+maps = open("/proc/self/maps").read()
+print(json.dumps(sorted({{line.split()[-1] for line in maps.splitlines() if "omp" in line.rsplit("/", 1)[-1]}})))
+print(lib.llama_ffi_release_threads())
+"""
+
+
+def test_the_cpu_modules_run_on_the_wheels_own_openmp_runtime(venv, tmp_path):
+    proc = run_in_venv(venv, _OPENMP.format(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    loaded, paused = proc.stdout.strip().splitlines()[-2:]
+    runtimes = json.loads(loaded)
+    assert len(runtimes) == 1 and runtimes[0].endswith("/llama_ffi/lib/libiomp5.so"), runtimes
+    assert paused == "0"  # an idle loop's pool is handed back through the same runtime
 
 
 # In the venv: the greedy tokens, and the logits of every position of a fixed text (to measure how
