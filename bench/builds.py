@@ -5,10 +5,9 @@ machine speed; a ratio is the median of the back-to-back ratios."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
-from bench.common import N_PROMPT, median
+from bench.common import N_PROMPT, median, run_elsewhere
 
 # Run in each interpreter: the same tests the main table runs, with that interpreter's llama-ffi.
 _PROBE = """
@@ -24,10 +23,9 @@ print(json.dumps({"pp": pp, "tg": tg, "overhead": overhead, "variant": info["cpu
 """
 
 
-def _probe(python: str, model: str, threads: int) -> dict:
-    proc = subprocess.run(
-        [python, "-c", _PROBE, model, str(threads), str(N_PROMPT)], capture_output=True, text=True, cwd="/"
-    )  # not the checkout: each Python imports its own install
+def probe(python: str, model: str, threads: int) -> dict:
+    """Prompt and generation t/s of ``python``'s own llama-ffi install."""
+    proc = run_elsewhere(python, _PROBE, model, str(threads), str(N_PROMPT))
     if proc.returncode != 0:
         raise RuntimeError(f"{python} could not run the probe:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -37,7 +35,7 @@ def bench(model: str, threads: int, repeats: int, other_python: str) -> list[dic
     runs: dict[str, list[dict]] = {sys.executable: [], other_python: []}
     for _ in range(repeats):
         for python in runs:
-            runs[python].append(_probe(python, model, threads))
+            runs[python].append(probe(python, model, threads))
     this, other = runs[sys.executable], runs[other_python]
     rows = []
     for python, results in runs.items():

@@ -440,7 +440,7 @@ def run_summary(args: argparse.Namespace) -> int:
         print("llama.cpp's tools not found (python -m tools.native_build --reference)", file=sys.stderr)
         return 2
     load_before = os.getloadavg()[0]
-    rows = summary.bench(args.model, args.threads, args.repeats, tools, args.embedding_model)
+    rows = summary.bench(args.model, args.threads, args.repeats, tools, args.embedding_model, args.against)
     heading = (
         f"{Path(args.model).name}, {args.threads} threads, {args.repeats} rounds, {os.cpu_count()} CPUs, "
         f"load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
@@ -516,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PYTHON",
         help="another Python with llama-ffi installed (e.g. a venv "
         "holding the portable wheel): adds a table of its prompt and generation speed against "
-        "this Python's build, run in turns",
+        "this Python's build, run in turns (with --summary: its rows against llama-bench)",
     )
     ap.add_argument(
         "--replicas",

@@ -9,6 +9,7 @@ import resource
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +94,18 @@ def ffi_prompt_test(model: str, threads: int, n_prompt: int = N_PROMPT, **option
         t0 = time.perf_counter()
         llm.eval(prompt)
         return load, cold, n_prompt / (time.perf_counter() - t0)
+
+
+def run_elsewhere(python: str, code: str, *args: str, **run: object) -> subprocess.CompletedProcess:
+    """``python -c code args`` away from the checkout, whose ``llama_ffi`` would shadow that
+    Python's own install (e.g. a venv holding the wheel), with this benchmark importable beside
+    it. ``run``: more of ``subprocess.run``'s arguments (``timeout``...)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with tempfile.TemporaryDirectory(prefix="llama-ffi-probe-") as elsewhere:
+        (Path(elsewhere) / "bench").symlink_to(Path(__file__).resolve().parent)
+        return subprocess.run(
+            [python, "-c", code, *args], capture_output=True, text=True, cwd=elsewhere, env=env, **run
+        )
 
 
 def ffi_generation_test(model: str, threads: int, **options) -> tuple[float, float]:

@@ -80,6 +80,32 @@ def single_sequence(model: str, threads: int, repeats: int, llama_bench: Path) -
     ]
 
 
+def other_build(model: str, threads: int, repeats: int, llama_bench: Path, python: str) -> list[Row]:
+    """The single-sequence rows for another Python's llama-ffi (e.g. a venv holding the portable
+    wheel), against the same llama-bench: the wheel beside the source build in one table."""
+    from bench.builds import probe
+
+    label = f"{Path(python).parent.parent.name}'s build"
+    return [
+        paired(
+            f"generation ({common.N_GEN} tokens), {label}",
+            "t/s",
+            "llama-bench",
+            repeats,
+            lambda: probe(python, model, threads)["tg"],
+            lambda: common.native_test(llama_bench, model, threads, 0, common.N_GEN),
+        ),
+        paired(
+            f"prompt processing ({common.N_PROMPT} tokens), {label}",
+            "t/s",
+            "llama-bench",
+            repeats,
+            lambda: probe(python, model, threads)["pp"],
+            lambda: common.native_test(llama_bench, model, threads, common.N_PROMPT, 0),
+        ),
+    ]
+
+
 def long_prompts(model: str, threads: int, repeats: int, tools: Path) -> list[Row]:
     configs = (("llama-server", ()), ("llama-ffi", ()))
     theirs, ours = long_prompt.bench(model, threads, repeats, tools, configs)
@@ -198,12 +224,16 @@ def embeddings(model: str, threads: int, repeats: int, tools: Path) -> Row:
         return paired("embeddings (1000 short texts)", "texts/s", "llama-embedding", repeats, ours, theirs)
 
 
-def bench(model: str, threads: int, repeats: int, tools: Path, embedding_model: str | None) -> list[Row]:
+def bench(
+    model: str, threads: int, repeats: int, tools: Path, embedding_model: str | None, other_python: str | None = None
+) -> list[Row]:
     from llama_ffi.high import Llama
 
     with Llama(model, vocab_only=True, progress=False, verbose=False) as vocab:
         n_vocab = vocab.n_vocab()
     rows = single_sequence(model, threads, repeats, tools / "llama-bench")
+    if other_python:
+        rows += other_build(model, threads, repeats, tools / "llama-bench", other_python)
     rows += long_prompts(model, threads, repeats, tools)
     rows.append(many_sequences(model, threads, repeats, tools))
     rows.append(http_clients(model, threads, repeats, tools, n_vocab))

@@ -20,10 +20,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from bench.common import median
+from bench.common import median, run_elsewhere
 
 _PROBE = """
 import json, sys
@@ -63,21 +62,15 @@ def _probe(build: Path, model: str, threads: int, busy: bool, idle_llama: bool) 
     """The probe's figures; 0 t/s for every test where it stalled past ``PROBE_S``. ``build``: a
     folder of libraries (this Python's llama-ffi on them), or another Python with llama-ffi
     installed (e.g. a venv holding the portable wheel), which runs the probe on its own install."""
-    with _busy(busy), tempfile.TemporaryDirectory() as elsewhere:
-        if build.is_dir():
-            python, cwd, env = sys.executable, None, {**os.environ, "LD_LIBRARY_PATH": str(build.resolve())}
-        else:  # away from the checkout, whose llama_ffi would shadow the install; the benchmark beside it
-            python, cwd, env = str(build), elsewhere, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-            (Path(elsewhere) / "bench").symlink_to(Path(__file__).resolve().parent)
+    args = (model, str(threads), str(int(idle_llama)))
+    with _busy(busy):
         try:
-            proc = subprocess.run(
-                [python, "-c", _PROBE, model, str(threads), str(int(idle_llama))],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=cwd,
-                timeout=PROBE_S,
-            )
+            if build.is_dir():
+                env = {**os.environ, "LD_LIBRARY_PATH": str(build.resolve())}
+                command = [sys.executable, "-c", _PROBE, *args]
+                proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=PROBE_S)
+            else:
+                proc = run_elsewhere(str(build), _PROBE, *args, timeout=PROBE_S)
         except subprocess.TimeoutExpired:
             return {"pp": 0.0, "tg": 0.0, "c8": 0.0}
     if proc.returncode != 0:
