@@ -96,7 +96,7 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
         tokenizer = vocab_tokenizer.for_vocab(vocab)
         eog = llm.token_eos()
         mask = np.zeros((llm.n_vocab + 31) // 32, dtype=np.uint32)
-        compiled = passing = in_order = lets_invalid_through = with_tests = 0
+        compiled = passing = in_order = with_tests = 0
         refusals: dict[str, int] = {}
         errors: list[str] = []
         let_through: list[str] = []
@@ -134,7 +134,6 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
                 accepted = instance_accepted(matcher, llm.tokenize(text, add_bos=False), eog, mask, times)
                 right &= accepted == test["valid"]
                 if accepted and not test["valid"]:
-                    lets_invalid_through += 1
                     let_through.append(str(data.get("name")))
                 if test["valid"] and not accepted:
                     matcher.reset()
@@ -154,7 +153,7 @@ def run(model: str, source: str | Path, limit: int | None = None) -> dict:
         "passing": passing,
         "passing_in_order": in_order,
         "rewrites": dict(sorted(rewrites.items(), key=lambda kv: -kv[1])),
-        "invalid_accepted": lets_invalid_through,
+        "invalid_accepted": len(let_through),
         "invalid_accepted_in": let_through,
         "mask_p50_ms": float(np.percentile(ms, 50)),
         "mask_p99_ms": float(np.percentile(ms, 99)),

@@ -41,12 +41,16 @@ def bench(model: str, threads: int, repeats: int, native: Path | None) -> list[d
     finally:
         for server in servers.values():
             server.close()
-    rows = []
-    for name, seconds in pooled.items():
-        ms = np.asarray(seconds) * 1e3
-        rows.append({"server": name, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))})
-        rows[-1]["longest_ms"] = float(ms.max())
-    return rows
+    return [row(name, np.asarray(seconds) * 1e3) for name, seconds in pooled.items()]
+
+
+def row(server: str, ms: np.ndarray) -> dict:
+    return {
+        "server": server,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "longest_ms": float(ms.max()),
+    }
 
 
 def stream_latency_table(rows: list[dict]) -> str:

@@ -86,24 +86,16 @@ def other_build(model: str, threads: int, repeats: int, llama_bench: Path, pytho
     from bench.builds import probe
 
     label = f"{Path(python).parent.parent.name}'s build"
-    return [
-        paired(
-            f"generation ({common.N_GEN} tokens), {label}",
-            "t/s",
-            "llama-bench",
-            repeats,
-            lambda: probe(python, model, threads)["tg"],
-            lambda: common.native_test(llama_bench, model, threads, 0, common.N_GEN),
-        ),
-        paired(
-            f"prompt processing ({common.N_PROMPT} tokens), {label}",
-            "t/s",
-            "llama-bench",
-            repeats,
-            lambda: probe(python, model, threads)["pp"],
-            lambda: common.native_test(llama_bench, model, threads, common.N_PROMPT, 0),
-        ),
-    ]
+    generation = Row(f"generation ({common.N_GEN} tokens), {label}", "t/s", "llama-bench")
+    prompt = Row(f"prompt processing ({common.N_PROMPT} tokens), {label}", "t/s", "llama-bench")
+    for _ in range(repeats):  # one probe measures both: a fresh process of that Python costs seconds
+        generation.theirs.append(common.native_test(llama_bench, model, threads, 0, common.N_GEN))
+        prompt.theirs.append(common.native_test(llama_bench, model, threads, common.N_PROMPT, 0))
+        measured = probe(python, model, threads)
+        generation.ours.append(measured["tg"])
+        prompt.ours.append(measured["pp"])
+    generation.load = prompt.load = os.getloadavg()[0]
+    return [generation, prompt]
 
 
 def long_prompts(model: str, threads: int, repeats: int, tools: Path) -> list[Row]:

@@ -112,7 +112,7 @@ def thread_pool_table(rows: list[dict]) -> str:
         return f"{mid:.1f} ({low:.1f}–{high:.1f}) {r[key + '_ratio']:.2f}×"
 
     lines = [
-        "## Thread pool: the same tests on two builds of the libraries (t/s median (min–max), × the first build; "
+        "## Thread pool: the same tests on each build (t/s median (min–max), × the first build; "
         f"0: stalled past {PROBE_S:.0f} s)",
         "",
         "| scenario | threads | libraries | prompt t/s | generation t/s | 8 sequences t/s | load |",
