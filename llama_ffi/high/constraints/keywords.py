@@ -49,9 +49,13 @@ ANNOTATIONS = frozenset(
         "errorMessage",
     }
 )
-# Of those, what a schema beside a "$ref" may drop: the others name or hold schemas ("$id" moves
-# the base of the references inside, "definitions" holds their targets).
-REF_ANNOTATIONS = ANNOTATIONS - {"$id", "id", "$anchor", "$defs", "definitions"}
+# Of those, the ones that name or hold schemas ("$id" moves the base of the references inside,
+# "definitions" holds their targets): a schema beside a "$ref" keeps them.
+NAMING = frozenset({"$id", "id", "$anchor", "$defs", "definitions"})
+
+
+def is_annotation(key: str) -> bool:
+    return key in ANNOTATIONS or key.startswith("x-")
 
 
 def holds(key: str, value) -> str | None:

@@ -13,7 +13,7 @@ import math
 import string
 from collections.abc import Callable
 
-from llama_ffi.high.constraints.keywords import ANNOTATIONS
+from llama_ffi.high.constraints.keywords import is_annotation
 
 TYPES = ("null", "boolean", "object", "array", "string", "number")
 
@@ -21,10 +21,6 @@ Resolve = Callable[[str], "dict | bool | None"]
 
 # The most nested negations followed through $ref (a recursive schema must not loop).
 MAX_DEPTH = 8
-
-
-def is_annotation(key: str) -> bool:
-    return key in ANNOTATIONS or key.startswith("x-")
 
 
 def constraining(schema: dict) -> dict:

@@ -87,7 +87,7 @@ class Rewrite:
         """Annotations beside a ``$ref`` dropped (llguidance refuses any sibling of a recursive one)."""
         if "$ref" not in out or len(out) == 1:
             return
-        if all(key == "$ref" or key in keywords.REF_ANNOTATIONS or key.startswith("x-") for key in out):
+        if all(key == "$ref" or (keywords.is_annotation(key) and key not in keywords.NAMING) for key in out):
             for key in [key for key in out if key != "$ref"]:
                 del out[key]
             self.used.add("annotations beside $ref")
